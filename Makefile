@@ -1,0 +1,190 @@
+# tenferrod: one non-recursive Makefile.
+#
+#   make                  daemon, client library (.so/.a), tenferroctl, tests, benchmarks
+#   make check            install missing dependencies, run every suite, then again under ASan/UBSan
+#   make demo             start tenferrod on the best device, run the example client, stop
+#   make bench            benchmarks (CPU backend), BENCH lines on stdout
+#   make install          PREFIX=/usr/local DESTDIR=
+#
+# Knobs: BUILD=dir (output folder), SANITIZE=1 (ASan+UBSan), CUDA=auto|0|1,
+#        STATIC_DEPS=1 (link libuv, protobuf-c, Check, inih statically, CUDA runtime statically)
+
+BUILD ?= build
+CUDA ?= auto
+STATIC_DEPS ?= 0
+SANITIZE ?= 0
+PREFIX ?= /usr/local
+CC ?= gcc
+NVCC ?= nvcc
+CUDA_HOME ?= /usr/local/cuda
+
+ifeq ($(CUDA),auto)
+  HAVE_CUDA := $(if $(wildcard daemon/backend/cuda-backend.c),$(if $(shell command -v $(NVCC) 2>/dev/null || test -x $(CUDA_HOME)/bin/nvcc && echo y),1,0),0)
+else
+  HAVE_CUDA := $(CUDA)
+endif
+ifeq ($(HAVE_CUDA),1)
+  NVCC := $(if $(shell command -v $(NVCC) 2>/dev/null),$(NVCC),$(CUDA_HOME)/bin/nvcc)
+endif
+
+WARN := -Wall -Wextra -Werror
+CFLAGS := -std=c11 -D_GNU_SOURCE -g -O2 -fPIC $(WARN) -I. -Iinclude -I$(BUILD)/gen -MMD -MP
+LDFLAGS :=
+ifeq ($(SANITIZE),1)
+  SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  CFLAGS += $(SANFLAGS)
+  LDFLAGS += $(SANFLAGS)
+endif
+
+ifeq ($(STATIC_DEPS),1)
+  LIB_UV := -l:libuv_a.a -ldl
+  LIB_PROTOBUF := -l:libprotobuf-c.a
+  LIB_CHECK := -l:libcheck.a -l:libsubunit.a -lrt -lm
+else
+  LIB_UV := -luv
+  LIB_PROTOBUF := -lprotobuf-c
+  LIB_CHECK := -lcheck -lsubunit -lrt -lm
+endif
+LIB_BLAS := -lopenblas
+LIB_SYS := -lpthread -lm
+
+# ---- sources ----
+PROTO_C := $(BUILD)/gen/proto/tenferro.pb-c.c
+PROTO_H := $(BUILD)/gen/proto/tenferro.pb-c.h
+
+COMMON_SRC := $(wildcard common/*.c)
+CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/view-ops.c
+DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+BACKEND_SRC := $(wildcard daemon/backend/*.c)
+CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)
+
+ifeq ($(HAVE_CUDA),1)
+  CFLAGS_DAEMON_DEFS := -DTFD_HAVE_CUDA
+  CUDA_OBJ := $(CUDA_CU_SRC:%.cu=$(BUILD)/obj/%.o)
+  ifeq ($(STATIC_DEPS),1)
+    LIB_CUDA := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -l:libcudart_static.a -ldl -lrt -lstdc++
+  else
+    LIB_CUDA := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -lcudart -lstdc++
+  endif
+else
+  BACKEND_SRC := $(filter-out daemon/backend/cuda-%,$(BACKEND_SRC))
+  CUDA_OBJ :=
+  LIB_CUDA :=
+endif
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+PROTO_OBJ := $(BUILD)/obj/gen/tenferro.pb-c.o
+COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(PROTO_OBJ)
+CLIENT_OBJ := $(call obj,$(CLIENT_LIB_SRC))
+DAEMON_OBJ := $(call obj,$(DAEMON_SRC)) $(call obj,$(BACKEND_SRC)) $(CUDA_OBJ)
+
+DAEMON_LIBS := $(LIB_UV) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_CUDA) $(LIB_SYS)
+
+UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test-*.c))
+INTEGRATION_TESTS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/test-*.c))
+TEST_HARNESS := $(call obj,tests/integration/harness.c)
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c,$(wildcard bench/*.c)))
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+
+TARGETS := $(BUILD)/tenferrod $(BUILD)/libtenferro-client.a $(BUILD)/tenferroctl \
+           $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BENCHES) $(EXAMPLES)
+ifneq ($(STATIC_DEPS),1)
+  TARGETS += $(BUILD)/libtenferro-client.so
+endif
+
+.PHONY: all deps check test test-unit test-integration demo bench install clean
+all: $(TARGETS)
+
+# ---- generated protocol code ----
+$(PROTO_C) $(PROTO_H): proto/tenferro.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen $<
+
+$(PROTO_OBJ): $(PROTO_C)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# Every object may include the generated header.
+$(BUILD)/obj/%.o: %.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(CFLAGS_DAEMON_DEFS) -c $< -o $@
+
+$(BUILD)/obj/client/%.o: client/%.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fvisibility=hidden -c $< -o $@
+
+$(BUILD)/obj/common/%.o: common/%.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fvisibility=hidden -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC -I. -Iinclude -I$(BUILD)/gen \
+	  -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 -c $< -o $@
+
+# ---- products ----
+$(BUILD)/tenferrod: $(call obj,daemon/main.c) $(DAEMON_OBJ) $(COMMON_OBJ)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LIBS)
+
+$(BUILD)/libtenferro-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libtenferro-client.so: $(CLIENT_OBJ) $(COMMON_OBJ)
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libtenferro-client.so.0 -o $@ $^ $(LIB_PROTOBUF)
+
+$(BUILD)/tenferroctl: $(call obj,client/tenferroctl.c) $(BUILD)/libtenferro-client.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF)
+
+$(BUILD)/examples/%: $(call obj,examples/%.c) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) -lm
+
+# Unit tests link the daemon's modules directly.
+$(BUILD)/tests/test-%: $(BUILD)/obj/tests/unit/test-%.o $(DAEMON_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(DAEMON_LIBS)
+
+# Integration tests are clients: they link the client library and start a real daemon.
+$(BUILD)/tests/test-%: $(BUILD)/obj/tests/integration/test-%.o $(TEST_HARNESS) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
+
+$(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(call obj,bench/bench-common.c) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
+
+# ---- running ----
+deps:
+	@scripts/install-deps.sh
+
+test-unit: $(UNIT_TESTS)
+	@for t in $(UNIT_TESTS); do echo "== $$t"; $$t || exit 1; done
+
+test-integration: $(BUILD)/tenferrod $(INTEGRATION_TESTS)
+	@for t in $(INTEGRATION_TESTS); do echo "== $$t"; \
+	  TENFERRO_DAEMON=$(BUILD)/tenferrod $$t || exit 1; done
+
+test: test-unit test-integration
+
+check: deps
+	$(MAKE) all
+	$(MAKE) test
+	$(MAKE) BUILD=build-san SANITIZE=1 CUDA=0 test
+	@echo "make check: all suites passed (plain and ASan/UBSan)"
+
+demo: deps
+	$(MAKE) all
+	scripts/demo.sh $(BUILD)
+
+bench: deps
+	$(MAKE) all
+	scripts/bench.sh $(BUILD)
+
+install: all
+	scripts/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
+
+clean:
+	rm -rf build build-san build-gpu
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -1,0 +1,228 @@
+/*
+ * Connecting, the handshake, and the blocking transport: whole frames out with
+ * send(MSG_NOSIGNAL) so a vanished daemon is an error and never a SIGPIPE,
+ * whole frames in with their sequence number checked. Any transport failure
+ * marks the client broken: from then on every call is TF_ERR_DISCONNECTED.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "client/internal.h"
+
+extern char *program_invocation_short_name;
+
+tf_status tf__fail(tf_client *c, tf_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->last_error, sizeof c->last_error, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+tf_status tf__ok(tf_client *c) {
+    c->last_error[0] = '\0';
+    return TF_OK;
+}
+
+const char *tf_client_last_error(const tf_client *c) { return c ? c->last_error : "no client"; }
+const char *tf_client_device(const tf_client *c) { return c->device; }
+uint64_t tf_client_id(const tf_client *c) { return c->client_id; }
+
+/* Marks the connection unusable and reports why. */
+static tf_status broken(tf_client *c, const char *why) {
+    c->broken = 1;
+    return tf__fail(c, TF_ERR_DISCONNECTED, "connection to tenferrod lost: %s", why);
+}
+
+/* Writes all of buf, retrying on EINTR and short writes. */
+static tf_status write_all(tf_client *c, const uint8_t *buf, size_t len) {
+    while (len > 0) {
+        ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return broken(c, n < 0 ? strerror(errno) : "short write");
+        buf += n;
+        len -= (size_t)n;
+    }
+    return TF_OK;
+}
+
+/* Reads exactly len bytes. */
+static tf_status read_all(tf_client *c, uint8_t *buf, size_t len) {
+    while (len > 0) {
+        ssize_t n = recv(c->fd, buf, len, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) return broken(c, "the daemon closed the connection");
+        if (n < 0) return broken(c, strerror(errno));
+        buf += n;
+        len -= (size_t)n;
+    }
+    return TF_OK;
+}
+
+tf_status tf__send(tf_client *c, Tenferro__Frame *frame) {
+    if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+    frame->seq = ++c->next_seq;
+    uint8_t *buf;
+    size_t len;
+    tf_status st = tf__frame_encode(frame, c->max_frame_bytes, &buf, &len);
+    if (st == TF_ERR_PROTOCOL)
+        return tf__fail(c, TF_ERR_INVALID_ARGUMENT,
+                        "request is larger than the daemon's %llu-byte frame maximum",
+                        (unsigned long long)c->max_frame_bytes);
+    if (st != TF_OK) return tf__fail(c, st, "out of memory encoding a request");
+    st = write_all(c, buf, len);
+    free(buf);
+    return st;
+}
+
+tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply) {
+    if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+    uint8_t header[TF__FRAME_HEADER_BYTES];
+    tf_status st = read_all(c, header, sizeof header);
+    if (st != TF_OK) return st;
+    uint32_t len = tf__frame_peek_length(header);
+    if (len > c->max_frame_bytes + 8192) return broken(c, "reply frame larger than the maximum");
+    if (len > c->rcap) {
+        uint8_t *p = realloc(c->rbuf, len);
+        if (!p) return broken(c, "out of memory for a reply");
+        c->rbuf = p;
+        c->rcap = len;
+    }
+    st = read_all(c, c->rbuf, len);
+    if (st != TF_OK) return st;
+    Tenferro__Frame *f = tf__frame_decode(c->rbuf, len);
+    if (!f) return broken(c, "a reply does not decode");
+    if (f->seq == 0 && f->body_case == TENFERRO__FRAME__BODY_RESULT) {
+        /* The daemon closes the connection after a protocol error and says why. */
+        c->broken = 1;
+        tf_status why = (tf_status)f->result->status;
+        tf__fail(c, why == TF_OK ? TF_ERR_PROTOCOL : why, "tenferrod closed the connection: %s",
+                 f->result->message);
+        tf__frame_free(f);
+        return TF_ERR_DISCONNECTED;
+    }
+    if (f->seq != seq) {
+        tf__frame_free(f);
+        return broken(c, "reply out of sequence");
+    }
+    *reply = f;
+    return TF_OK;
+}
+
+tf_status tf__call(tf_client *c, Tenferro__Frame *request, Tenferro__Frame **reply) {
+    tf_status st = tf__send(c, request);
+    if (st != TF_OK) return st;
+    return tf__recv(c, request->seq, reply);
+}
+
+tf_status tf__result_status(tf_client *c, const Tenferro__Result *result) {
+    if (!result) return tf__fail(c, TF_ERR_PROTOCOL, "reply carries no result");
+    tf_status st = (tf_status)result->status;
+    if (st == TF_OK) return tf__ok(c);
+    return tf__fail(c, st, "%s", result->message && result->message[0] ? result->message
+                                                                         : tf_strerror(st));
+}
+
+/* Picks the socket: the argument, $TENFERRO_SOCKET, or the first default that exists. */
+static const char *resolve_path(const char *path) {
+    if (path && path[0]) return path;
+    const char *env = getenv("TENFERRO_SOCKET");
+    if (env && env[0]) return env;
+    static const char *const defaults[] = {"/run/tenferro/tenferrod-0.sock",
+                                           "/run/tenferro/tenferrod-cpu.sock"};
+    struct stat st;
+    for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++)
+        if (stat(defaults[i], &st) == 0) return defaults[i];
+    return defaults[1];
+}
+
+/* Sends Hello and checks the daemon's answer. */
+static tf_status handshake(tf_client *c) {
+    const char *name = getenv("TENFERRO_CLIENT_NAME");
+    if (!name || !name[0]) name = program_invocation_short_name;
+    Tenferro__Frame req = TENFERRO__FRAME__INIT;
+    Tenferro__Hello hello = TENFERRO__HELLO__INIT;
+    hello.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
+    hello.client_name = (char *)name;
+    req.body_case = TENFERRO__FRAME__BODY_HELLO;
+    req.hello = &hello;
+    Tenferro__Frame *reply = NULL;
+    tf_status st = tf__call(c, &req, &reply);
+    if (st != TF_OK) return st;
+    if (reply->body_case == TENFERRO__FRAME__BODY_RESULT) {
+        st = tf__result_status(c, reply->result);
+        tf__frame_free(reply);
+        return st == TF_OK ? TF_ERR_PROTOCOL : st;
+    }
+    if (reply->body_case != TENFERRO__FRAME__BODY_HELLO_REPLY) {
+        tf__frame_free(reply);
+        return broken(c, "unexpected answer to Hello");
+    }
+    Tenferro__HelloReply *hr = reply->hello_reply;
+    if (hr->protocol_version != TENFERRO__PROTOCOL__PROTOCOL_VERSION) {
+        tf__frame_free(reply);
+        return tf__fail(c, TF_ERR_VERSION, "tenferrod speaks protocol %u, this library %d",
+                        hr->protocol_version, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
+    }
+    snprintf(c->device, sizeof c->device, "%s", hr->device ? hr->device : "");
+    c->client_id = hr->client_id;
+    if (hr->max_frame_bytes >= TF__MIN_MAX_FRAME_BYTES) c->max_frame_bytes = hr->max_frame_bytes;
+    tf__frame_free(reply);
+    return TF_OK;
+}
+
+tf_status tf_connect(const char *socket_path, tf_client **out) {
+    if (!out) return TF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    tf_client *c = calloc(1, sizeof *c);
+    if (!c) return TF_ERR_NO_MEMORY;
+    c->fd = -1;
+    c->max_frame_bytes = TF__MIN_MAX_FRAME_BYTES;
+    c->failed_index = -1;
+    c->view.client = c;
+    tf__id_table_init(&c->handles, sizeof(tf__handle));
+    const char *path = resolve_path(socket_path);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    tf_status st = TF_OK;
+    if (strlen(path) >= sizeof addr.sun_path) {
+        st = tf__fail(c, TF_ERR_INVALID_ARGUMENT, "socket path %s is too long", path);
+    } else {
+        snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+        c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+            c->broken = 1;
+            st = tf__fail(c, TF_ERR_DISCONNECTED,
+                          "cannot connect to tenferrod at %s: %s (is the daemon running? set "
+                          "TENFERRO_SOCKET to its socket)",
+                          path, strerror(errno));
+        }
+    }
+    if (st == TF_OK) st = handshake(c);
+    *out = c; /* even on failure, so tf_client_last_error can say why; free with tf_disconnect */
+    return st;
+}
+
+void tf_disconnect(tf_client *c) {
+    if (!c) return;
+    if (c->held) {
+        free(c->held);
+        c->held = NULL;
+    }
+    if (c->fd >= 0) close(c->fd);
+    tf__id_table_free(&c->handles);
+    free(c->queue);
+    free(c->rbuf);
+    free(c);
+}
+
+int64_t tf_client_failed_index(const tf_client *c) { return c->failed_index; }
+
+const char *tf_version(void) { return "0.1.0"; }
+unsigned tf_protocol_version(void) { return TENFERRO__PROTOCOL__PROTOCOL_VERSION; }

@@ -1,0 +1,285 @@
+/*
+ * Sessions on the client side: the local queue of operations, the submission
+ * that carries it to the daemon, the scoped burst and the held session with
+ * its counters. Operations are queued without a round trip; only submission
+ * boundaries talk to the daemon.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/internal.h"
+
+/* Largest number of operations carried in one Submit frame; longer queues travel in several. */
+#define OPS_PER_FRAME 65536
+
+/* After a submission: accepted outputs become live, the rest are forgotten. */
+static void settle_queue(tf_client *c, size_t accepted) {
+    for (size_t i = 0; i < c->n_queued; i++) {
+        tf__queued_op *q = &c->queue[i];
+        if (q->kind == TF__OP_FREE) continue;
+        if (i < accepted) {
+            tf__handle *h = tf__id_table_find(&c->handles, q->output);
+            if (h) h->pending = 0;
+        } else {
+            tf__id_table_remove(&c->handles, q->output, NULL);
+        }
+    }
+    c->n_queued = 0;
+}
+
+void tf__discard_queue(tf_client *c) { settle_queue(c, 0); }
+
+/* Builds the wire form of queued operations [from, from+n). */
+static void encode_ops(tf_client *c, size_t from, size_t n, Tenferro__Op *ops, Tenferro__Op **ptrs) {
+    for (size_t i = 0; i < n; i++) {
+        tf__queued_op *q = &c->queue[from + i];
+        Tenferro__Op *op = &ops[i];
+        tenferro__op__init(op);
+        op->kind = q->kind;
+        op->n_inputs = (size_t)q->n_inputs;
+        op->inputs = q->inputs;
+        op->output = q->output;
+        op->n_params = (size_t)q->n_params;
+        op->params = q->params;
+        op->flags = q->flags;
+        op->alpha_re = q->alpha.re;
+        op->alpha_im = q->alpha.im;
+        op->beta_re = q->beta.re;
+        op->beta_im = q->beta.im;
+        ptrs[i] = op;
+    }
+}
+
+/*
+ * Sends the queue in frames of at most OPS_PER_FRAME operations. Every frame
+ * but the last goes as a plain enqueue (or a non-final scoped frame); the last
+ * carries the caller's mode, so waiting and closing happen once, at the end.
+ */
+tf_status tf__submit_queue(tf_client *c, uint64_t session_id, uint32_t mode, uint64_t *carried) {
+    c->failed_index = -1;
+    *carried = 0;
+    size_t total = c->n_queued, sent = 0, accepted = 0;
+    size_t chunk_cap = total < OPS_PER_FRAME ? total : OPS_PER_FRAME;
+    Tenferro__Op *ops = calloc(chunk_cap ? chunk_cap : 1, sizeof *ops);
+    Tenferro__Op **ptrs = calloc(chunk_cap ? chunk_cap : 1, sizeof *ptrs);
+    if (!ops || !ptrs) {
+        free(ops);
+        free(ptrs);
+        return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory encoding %zu operations", total);
+    }
+    tf_status st = TF_OK;
+    do {
+        size_t n = total - sent < OPS_PER_FRAME ? total - sent : OPS_PER_FRAME;
+        int last = sent + n == total;
+        uint32_t frame_mode = mode;
+        if (!last)
+            frame_mode = (mode == TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED ||
+                          mode == TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL)
+                             ? TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED
+                             : TENFERRO__SUBMIT_MODE__SUBMIT_ENQUEUE;
+        encode_ops(c, sent, n, ops, ptrs);
+        Tenferro__Frame req = TENFERRO__FRAME__INIT;
+        Tenferro__Submit sub = TENFERRO__SUBMIT__INIT;
+        sub.session_id = session_id;
+        sub.mode = frame_mode;
+        sub.n_ops = n;
+        sub.ops = ptrs;
+        req.body_case = TENFERRO__FRAME__BODY_SUBMIT;
+        req.submit = &sub;
+        Tenferro__Frame *reply = NULL;
+        st = tf__call(c, &req, &reply);
+        if (st != TF_OK) break;
+        *carried += n;
+        if (reply->body_case != TENFERRO__FRAME__BODY_RESULT) {
+            tf__frame_free(reply);
+            st = tf__fail(c, TF_ERR_PROTOCOL, "unexpected answer to Submit");
+            break;
+        }
+        Tenferro__Result *r = reply->result;
+        accepted += r->ops_accepted;
+        if (r->has_failed_index) c->failed_index = (int64_t)(sent + r->failed_index);
+        st = tf__result_status(c, r);
+        if (st != TF_OK && r->has_failed_index)
+            tf__fail(c, st, "operation %lld of the submission failed: %s",
+                     (long long)c->failed_index, r->message);
+        tf__frame_free(reply);
+        sent += n;
+        if (st != TF_OK) break;
+    } while (sent < total);
+    free(ops);
+    free(ptrs);
+    /* On a transport failure nothing more is known: treat unsent and unanswered work as lost. */
+    settle_queue(c, accepted);
+    return st;
+}
+
+/* ---- scoped entry ---- */
+
+tf_status tf_with_session(tf_client *c, tf_session_fn fn, void *arg) {
+    if (!c || !fn) return TF_ERR_INVALID_ARGUMENT;
+    if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+    if (c->in_callback)
+        return tf__fail(c, TF_ERR_REENTERED,
+                        "tf_with_session called inside a session callback; queue the work on the "
+                        "callback's view instead");
+    if (c->held)
+        return tf__fail(c, TF_ERR_REENTERED,
+                        "this client holds session %llu: run the work with tf_session_with",
+                        (unsigned long long)c->held->id);
+    c->in_scoped = 1;
+    c->in_callback = 1;
+    c->scoped_sent = 0;
+    c->scoped_refused = TF_OK;
+    tf_status fn_status = fn(&c->view, arg);
+    c->in_callback = 0;
+    tf_status st;
+    uint64_t carried;
+    if (c->scoped_refused != TF_OK) {
+        tf__discard_queue(c);
+        st = c->scoped_refused;
+    } else {
+        char fn_error[sizeof c->last_error];
+        memcpy(fn_error, c->last_error, sizeof fn_error);
+        st = tf__submit_queue(c, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &carried);
+        /* The callback's own failure takes precedence, with its message. */
+        if (fn_status != TF_OK) memcpy(c->last_error, fn_error, sizeof fn_error);
+    }
+    c->in_scoped = 0;
+    return fn_status != TF_OK ? fn_status : st;
+}
+
+/* Inside a scoped burst: sends what is queued so far so a transfer can see its results. */
+tf_status tf__scoped_flush(tf_client *c) {
+    if (c->scoped_refused != TF_OK)
+        return tf__fail(c, c->scoped_refused, "this scoped session was refused admission");
+    uint64_t carried;
+    tf_status st = tf__submit_queue(c, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED, &carried);
+    if (st == TF_ERR_CONTENDED || st == TF_ERR_TIMEOUT || st == TF_ERR_REENTERED) {
+        if (!c->scoped_sent) c->scoped_refused = st;
+    } else {
+        c->scoped_sent = 1;
+    }
+    return st;
+}
+
+/* ---- held sessions ---- */
+
+tf_status tf_session_open(tf_client *c, tf_session **out) {
+    if (!c || !out) return TF_ERR_INVALID_ARGUMENT;
+    *out = NULL;
+    if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+    if (c->held)
+        return tf__fail(c, TF_ERR_REENTERED, "this client already holds session %llu",
+                        (unsigned long long)c->held->id);
+    if (c->in_callback)
+        return tf__fail(c, TF_ERR_REENTERED, "tf_session_open called inside a session callback");
+    Tenferro__Frame req = TENFERRO__FRAME__INIT;
+    Tenferro__SessionOpen open = TENFERRO__SESSION_OPEN__INIT;
+    req.body_case = TENFERRO__FRAME__BODY_SESSION_OPEN;
+    req.session_open = &open;
+    Tenferro__Frame *reply = NULL;
+    tf_status st = tf__call(c, &req, &reply);
+    if (st != TF_OK) return st;
+    if (reply->body_case != TENFERRO__FRAME__BODY_RESULT) {
+        tf__frame_free(reply);
+        return tf__fail(c, TF_ERR_PROTOCOL, "unexpected answer to SessionOpen");
+    }
+    st = tf__result_status(c, reply->result);
+    uint64_t id = reply->result->session_id;
+    tf__frame_free(reply);
+    if (st != TF_OK) return st;
+    tf_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        /* Give the reservation back rather than hold it with no handle to release it. */
+        Tenferro__Frame rel = TENFERRO__FRAME__INIT;
+        Tenferro__SessionRelease body = TENFERRO__SESSION_RELEASE__INIT;
+        body.session_id = id;
+        rel.body_case = TENFERRO__FRAME__BODY_SESSION_RELEASE;
+        rel.session_release = &body;
+        tf__send(c, &rel);
+        return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory");
+    }
+    s->client = c;
+    s->id = id;
+    c->held = s;
+    *out = s;
+    return TF_OK;
+}
+
+tf_status tf_session_with(tf_session *s, tf_session_fn fn, void *arg) {
+    if (!s || !fn) return TF_ERR_INVALID_ARGUMENT;
+    tf_client *c = s->client;
+    if (c->in_callback)
+        return tf__fail(c, TF_ERR_REENTERED, "tf_session_with called inside a session callback");
+    s->stats.held_operations++;
+    c->in_callback = 1;
+    tf_status st = fn(&c->view, arg);
+    c->in_callback = 0;
+    return st;
+}
+
+/* One held-session boundary: carries the queue with `mode` and counts it. */
+static tf_status held_boundary(tf_session *s, uint32_t mode) {
+    tf_client *c = s->client;
+    uint64_t carried = 0;
+    tf_status st = tf__submit_queue(c, s->id, mode, &carried);
+    s->stats.queued_ops += carried;
+    return st;
+}
+
+tf_status tf_session_submit(tf_session *s) {
+    if (!s) return TF_ERR_INVALID_ARGUMENT;
+    if (s->client->in_callback)
+        return tf__fail(s->client, TF_ERR_REENTERED, "submit the session after its callback returns");
+    s->stats.explicit_submits++;
+    tf_status st = held_boundary(s, TENFERRO__SUBMIT_MODE__SUBMIT_ENQUEUE);
+    if (st != TF_OK) s->stats.failed_submits++;
+    return st;
+}
+
+tf_status tf_session_synchronize(tf_session *s) {
+    if (!s) return TF_ERR_INVALID_ARGUMENT;
+    if (s->client->in_callback)
+        return tf__fail(s->client, TF_ERR_REENTERED,
+                        "synchronize the session after its callback returns");
+    s->stats.explicit_synchronizes++;
+    tf_status st = held_boundary(s, TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE);
+    if (st != TF_OK) s->stats.failed_synchronizes++;
+    return st;
+}
+
+tf_status tf_session_stats(const tf_session *s, tf_session_counters *stats) {
+    if (!s || !stats) return TF_ERR_INVALID_ARGUMENT;
+    *stats = s->stats;
+    return TF_OK;
+}
+
+tf_status tf_session_close(tf_session *s, tf_session_counters *stats) {
+    if (!s) return TF_ERR_INVALID_ARGUMENT;
+    tf_client *c = s->client;
+    if (c->in_callback)
+        return tf__fail(c, TF_ERR_REENTERED, "close the session after its callback returns");
+    s->stats.close_submits++;
+    tf_status st = held_boundary(s, TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE);
+    if (st != TF_OK) s->stats.failed_submits++;
+    if (stats) *stats = s->stats;
+    c->held = NULL;
+    free(s);
+    return st;
+}
+
+void tf_session_release(tf_session *s) {
+    if (!s) return;
+    tf_client *c = s->client;
+    tf__discard_queue(c);
+    if (!c->broken) {
+        Tenferro__Frame rel = TENFERRO__FRAME__INIT;
+        Tenferro__SessionRelease body = TENFERRO__SESSION_RELEASE__INIT;
+        body.session_id = s->id;
+        rel.body_case = TENFERRO__FRAME__BODY_SESSION_RELEASE;
+        rel.session_release = &body;
+        tf__send(c, &rel); /* no reply; a failure here means the daemon already reclaimed it */
+    }
+    c->held = NULL;
+    free(s);
+}

@@ -1,0 +1,185 @@
+/*
+ * The operations of a session view. Each runs the shared shape rules, takes a
+ * fresh handle for its output and appends itself to the client's queue; the
+ * daemon sees it at the next submission boundary.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client/internal.h"
+
+tf_status tf__lookup(tf_client *c, tf_tensor t, tf__handle **out) {
+    tf__handle *h = tf__id_table_find(&c->handles, t);
+    if (!h)
+        return tf__fail(c, TF_ERR_UNKNOWN_HANDLE,
+                        "tensor %llu is not live on this client (never created, freed, or dropped "
+                        "with a failed batch)",
+                        (unsigned long long)t);
+    *out = h;
+    return TF_OK;
+}
+
+/* Makes room for one more queued operation. */
+static tf__queued_op *queue_slot(tf_client *c) {
+    if (c->n_queued == c->queue_cap) {
+        size_t cap = c->queue_cap ? c->queue_cap * 2 : 256;
+        tf__queued_op *q = realloc(c->queue, cap * sizeof *q);
+        if (!q) return NULL;
+        c->queue = q;
+        c->queue_cap = cap;
+    }
+    return &c->queue[c->n_queued];
+}
+
+/* Operations are queued only inside a callback, where they belong to a session. */
+static tf_status check_view(tf_view *v) {
+    if (!v || !v->client) return TF_ERR_INVALID_ARGUMENT;
+    tf_client *c = v->client;
+    if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+    if (!c->in_callback)
+        return tf__fail(c, TF_ERR_SESSION_CLOSED,
+                        "a view is only valid inside its session callback");
+    return TF_OK;
+}
+
+tf_status tf__queue_op(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,
+                       int n_params, const int64_t *params, unsigned flags, tf_scalar alpha,
+                       tf_scalar beta, tf_tensor *out) {
+    tf_status st = check_view(v);
+    if (st != TF_OK) return st;
+    tf_client *c = v->client;
+    if (!out) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "%s: out is NULL", tf__op_name(kind));
+    tf__meta in_meta[2];
+    for (int i = 0; i < n_inputs; i++) {
+        tf__handle *h = NULL;
+        if ((st = tf__lookup(c, inputs[i], &h)) != TF_OK) return st;
+        in_meta[i] = h->meta;
+    }
+    tf__handle outh = {0};
+    st = tf__infer_output(kind, in_meta, n_inputs, params, n_params, flags, &outh.meta,
+                          c->last_error, sizeof c->last_error);
+    if (st != TF_OK) return st;
+    tf__queued_op *q = queue_slot(c);
+    if (!q) return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing %s", tf__op_name(kind));
+    outh.id = ++c->next_tensor_id;
+    outh.pending = 1;
+    if (tf__id_table_insert(&c->handles, &outh) != 0)
+        return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing %s", tf__op_name(kind));
+    memset(q, 0, sizeof *q);
+    q->kind = kind;
+    q->n_inputs = n_inputs;
+    for (int i = 0; i < n_inputs; i++) q->inputs[i] = inputs[i];
+    q->output = outh.id;
+    q->n_params = n_params;
+    for (int i = 0; i < n_params; i++) q->params[i] = params[i];
+    q->flags = flags;
+    q->alpha = alpha;
+    q->beta = beta;
+    c->n_queued++;
+    *out = outh.id;
+    return tf__ok(c);
+}
+
+tf_status tf__queue_free(tf_client *c, tf_tensor t) {
+    tf__queued_op *q = queue_slot(c);
+    if (!q) return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing free");
+    memset(q, 0, sizeof *q);
+    q->kind = TF__OP_FREE;
+    q->n_inputs = 1;
+    q->inputs[0] = t;
+    c->n_queued++;
+    return TF_OK;
+}
+
+static const tf_scalar no_scalar = {0, 0};
+
+/* A two-input elementwise operation. */
+static tf_status binary(tf_view *v, tf__op_kind kind, tf_tensor a, tf_tensor b, tf_tensor *out) {
+    tf_tensor in[2] = {a, b};
+    return tf__queue_op(v, kind, 2, in, 0, NULL, 0, no_scalar, no_scalar, out);
+}
+
+/* A one-input elementwise operation. */
+static tf_status unary(tf_view *v, tf__op_kind kind, tf_tensor a, tf_tensor *out) {
+    return tf__queue_op(v, kind, 1, &a, 0, NULL, 0, no_scalar, no_scalar, out);
+}
+
+tf_status tf_view_add(tf_view *v, tf_tensor a, tf_tensor b, tf_tensor *out) { return binary(v, TF__OP_ADD, a, b, out); }
+tf_status tf_view_sub(tf_view *v, tf_tensor a, tf_tensor b, tf_tensor *out) { return binary(v, TF__OP_SUB, a, b, out); }
+tf_status tf_view_mul(tf_view *v, tf_tensor a, tf_tensor b, tf_tensor *out) { return binary(v, TF__OP_MUL, a, b, out); }
+tf_status tf_view_div(tf_view *v, tf_tensor a, tf_tensor b, tf_tensor *out) { return binary(v, TF__OP_DIV, a, b, out); }
+tf_status tf_view_neg(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_NEG, a, out); }
+tf_status tf_view_conj(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_CONJ, a, out); }
+tf_status tf_view_abs(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_ABS, a, out); }
+tf_status tf_view_exp(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_EXP, a, out); }
+tf_status tf_view_log(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_LOG, a, out); }
+tf_status tf_view_sqrt(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_SQRT, a, out); }
+tf_status tf_view_copy(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_COPY, a, out); }
+tf_status tf_view_matmul(tf_view *v, tf_tensor a, tf_tensor b, tf_tensor *out) { return binary(v, TF__OP_MATMUL, a, b, out); }
+
+tf_status tf_view_scale(tf_view *v, tf_scalar alpha, tf_tensor a, tf_tensor *out) {
+    return tf__queue_op(v, TF__OP_SCALE, 1, &a, 0, NULL, 0, alpha, no_scalar, out);
+}
+
+tf_status tf_view_axpby(tf_view *v, tf_scalar alpha, tf_tensor x, tf_scalar beta, tf_tensor y,
+                        tf_tensor *out) {
+    tf_tensor in[2] = {x, y};
+    return tf__queue_op(v, TF__OP_AXPBY, 2, in, 0, NULL, 0, alpha, beta, out);
+}
+
+/* Copies int axes into the int64 parameters the wire carries, refusing too many. */
+static tf_status axes_to_params(tf_view *v, int n, const int *axes, int64_t *params) {
+    if (n < 0 || n > TF_MAX_RANK || (n > 0 && !axes))
+        return tf__fail(v->client, TF_ERR_AXIS, "%d axes given: between 0 and %d expected", n,
+                        TF_MAX_RANK);
+    for (int i = 0; i < n; i++) params[i] = axes[i];
+    return TF_OK;
+}
+
+tf_status tf_view_permute(tf_view *v, tf_tensor a, int rank, const int *perm, tf_tensor *out) {
+    int64_t params[TF_MAX_RANK];
+    tf_status st = check_view(v);
+    if (st == TF_OK) st = axes_to_params(v, rank, perm, params);
+    if (st != TF_OK) return st;
+    return tf__queue_op(v, TF__OP_PERMUTE, 1, &a, rank, params, 0, no_scalar, no_scalar, out);
+}
+
+tf_status tf_view_reshape(tf_view *v, tf_tensor a, int rank, const int64_t *shape, tf_tensor *out) {
+    tf_status st = check_view(v);
+    if (st != TF_OK) return st;
+    if (rank < 0 || rank > TF_MAX_RANK || (rank > 0 && !shape))
+        return tf__fail(v->client, TF_ERR_BAD_SHAPE, "reshape: rank %d is outside 0..%d", rank,
+                        TF_MAX_RANK);
+    return tf__queue_op(v, TF__OP_RESHAPE, 1, &a, rank, shape, 0, no_scalar, no_scalar, out);
+}
+
+tf_status tf_view_reduce(tf_view *v, tf_reduce_kind kind, tf_tensor a, int n_axes, const int *axes,
+                         int keepdims, tf_tensor *out) {
+    tf__op_kind op;
+    switch (kind) {
+    case TF_REDUCE_SUM: op = TF__OP_REDUCE_SUM; break;
+    case TF_REDUCE_MAX: op = TF__OP_REDUCE_MAX; break;
+    case TF_REDUCE_MIN: op = TF__OP_REDUCE_MIN; break;
+    default:
+        return v && v->client ? tf__fail(v->client, TF_ERR_INVALID_ARGUMENT, "unknown reduction %d", (int)kind)
+                              : TF_ERR_INVALID_ARGUMENT;
+    }
+    int64_t params[TF_MAX_RANK];
+    tf_status st = check_view(v);
+    if (st == TF_OK) st = axes_to_params(v, n_axes, axes, params);
+    if (st != TF_OK) return st;
+    return tf__queue_op(v, op, 1, &a, n_axes, params, keepdims ? TF__REDUCE_KEEPDIMS : 0, no_scalar,
+                        no_scalar, out);
+}
+
+tf_status tf_view_sum(tf_view *v, tf_tensor a, int n_axes, const int *axes, tf_tensor *out) {
+    return tf_view_reduce(v, TF_REDUCE_SUM, a, n_axes, axes, 0, out);
+}
+tf_status tf_view_max(tf_view *v, tf_tensor a, int n_axes, const int *axes, tf_tensor *out) {
+    return tf_view_reduce(v, TF_REDUCE_MAX, a, n_axes, axes, 0, out);
+}
+tf_status tf_view_min(tf_view *v, tf_tensor a, int n_axes, const int *axes, tf_tensor *out) {
+    return tf_view_reduce(v, TF_REDUCE_MIN, a, n_axes, axes, 0, out);
+}
+
+tf_client *tf_view_client(tf_view *v) { return v ? v->client : NULL; }

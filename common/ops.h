@@ -1,0 +1,82 @@
+/*
+ * Operation kinds and tensor metadata shared by the client library and the
+ * daemon. The numbers equal proto/tenferro.proto's OpKind (checked at compile
+ * time in daemon/validate.c), so a kind travels on the wire unchanged.
+ */
+#ifndef TENFERRO_COMMON_OPS_H
+#define TENFERRO_COMMON_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tenferro/status.h"
+#include "tenferro/types.h"
+
+typedef enum tf__op_kind {
+    TF__OP_NONE = 0,
+    TF__OP_ADD = 1,
+    TF__OP_SUB = 2,
+    TF__OP_MUL = 3,
+    TF__OP_DIV = 4,
+    TF__OP_NEG = 5,
+    TF__OP_CONJ = 6,
+    TF__OP_ABS = 7,
+    TF__OP_EXP = 8,
+    TF__OP_LOG = 9,
+    TF__OP_SQRT = 10,
+    TF__OP_SCALE = 11,
+    TF__OP_AXPBY = 12,
+    TF__OP_PERMUTE = 13,
+    TF__OP_RESHAPE = 14,
+    TF__OP_COPY = 15,
+    TF__OP_REDUCE_SUM = 16,
+    TF__OP_REDUCE_MAX = 17,
+    TF__OP_REDUCE_MIN = 18,
+    TF__OP_MATMUL = 19,
+    TF__OP_FREE = 20,
+    TF__OP_KIND_COUNT = 21,
+} tf__op_kind;
+
+/* Flag bit of a reduction: keep reduced axes as dimensions of size 1. */
+#define TF__REDUCE_KEEPDIMS 1u
+
+/* Largest number of elements a tensor may hold (2^40); keeps byte counts far from overflow. */
+#define TF__MAX_ELEMENTS ((int64_t)1 << 40)
+
+/* What is known of a tensor without its data. */
+typedef struct tf__meta {
+    tf_dtype dtype;
+    int rank;
+    int64_t shape[TF_MAX_RANK];
+} tf__meta;
+
+/* Number of elements of a tensor (1 for rank 0). */
+int64_t tf__meta_numel(const tf__meta *meta);
+
+/* Bytes of a tensor's data. */
+size_t tf__meta_bytes(const tf__meta *meta);
+
+/* Number of tensor inputs an operation kind takes, or -1 for a variable count (FREE). */
+int tf__op_arity(tf__op_kind kind);
+
+/* A short name of an operation kind ("add"), or "unknown". */
+const char *tf__op_name(tf__op_kind kind);
+
+/*
+ * Checks a dtype, rank and shape handed in for a new tensor: a known dtype,
+ * rank 0..TF_MAX_RANK, every dimension at least 1, element count bounded.
+ */
+tf_status tf__check_new_meta(tf_dtype dtype, int rank, const int64_t *shape, char *msg,
+                             size_t msg_len);
+
+/*
+ * The shape rules: given an operation's kind, its inputs' metadata and its
+ * parameters, computes the output's metadata or explains in msg why the
+ * operation is invalid. The client calls it so a bad call fails at once; the
+ * daemon calls it again because it never trusts a client.
+ */
+tf_status tf__infer_output(tf__op_kind kind, const tf__meta *inputs, int n_inputs,
+                           const int64_t *params, int n_params, unsigned flags, tf__meta *out,
+                           char *msg, size_t msg_len);
+
+#endif

@@ -1,0 +1,127 @@
+/*
+ * Admission: the reservation table applied to connections. Turns a table
+ * answer into a reply (re-entry, contention), parks a request under the wait
+ * policy with a deadline timer, and replays parked requests in FIFO order when
+ * the holder closes, releases or goes away.
+ */
+#include <stdlib.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+static void on_queued_timer_closed(uv_handle_t *h) {
+    tfd_queued_request *q = (tfd_queued_request *)h;
+    tf__frame_free(q->frame);
+    free(q);
+}
+
+/* Detaches the parked request from its connection and frees it once libuv lets go of the timer. */
+static void drop_queued(tfd_conn *c, int keep_frame) {
+    tfd_queued_request *q = c->queued;
+    if (!q) return;
+    c->queued = NULL;
+    tfd_reservation_cancel(&c->srv->res, &q->waiter);
+    uv_timer_stop(&q->timer);
+    if (keep_frame) q->frame = NULL;
+    uv_close((uv_handle_t *)&q->timer, on_queued_timer_closed);
+}
+
+/* The deadline of a parked request passed: it never saw the domain. */
+static void on_deadline(uv_timer_t *t) {
+    tfd_queued_request *q = (tfd_queued_request *)t;
+    tfd_conn *c = q->conn;
+    c->srv->counters.admissions_timed_out++;
+    tfd_conn_reply(c, q->frame->seq, TF_ERR_TIMEOUT,
+                   "the execution domain stayed held for the whole %llu ms deadline",
+                   (unsigned long long)c->srv->opt.wait_deadline_ms);
+    drop_queued(c, 0);
+}
+
+/* Names the holder in a refusal, so the user knows whom they wait for. */
+static void describe_holder(tfd_server *srv, char *buf, size_t len) {
+    tfd_conn *h = srv->res.holder;
+    if (h)
+        snprintf(buf, len, "session %llu of client %llu (pid %d, %s)",
+                 (unsigned long long)srv->res.session_id, (unsigned long long)h->client_id,
+                 (int)h->pid, h->name);
+    else
+        snprintf(buf, len, "an earlier queued opener");
+}
+
+int tfd_admission_request(tfd_conn *c, Tenferro__Frame *frame, int held, uint64_t *session_id) {
+    tfd_server *srv = c->srv;
+    if (c->admitted_from_queue) {
+        c->admitted_from_queue = 0;
+        if (session_id) *session_id = c->admitted_session_id;
+        return 1;
+    }
+    if (c->queued) {
+        tfd_conn_reply(c, frame->seq, TF_ERR_BUSY,
+                       "this connection already has a request waiting for the execution domain");
+        tf__frame_free(frame);
+        return 0;
+    }
+    tfd_waiter probe = {.owner = c, .held = held, .session_id = srv->next_session_id + 1};
+    tfd_queued_request *q = NULL;
+    tfd_waiter *w = &probe;
+    if (srv->opt.policy == TFD_POLICY_WAIT) {
+        q = calloc(1, sizeof *q);
+        if (!q) {
+            tfd_conn_reply(c, frame->seq, TF_ERR_NO_MEMORY, "out of memory queueing the request");
+            tf__frame_free(frame);
+            return 0;
+        }
+        q->waiter = probe;
+        q->conn = c;
+        w = &q->waiter;
+    }
+    tfd_admission res = tfd_reservation_request(&srv->res, w, srv->opt.policy, tfd_now_ms());
+    if (res != TFD_QUEUED) free(q);
+    char holder[160];
+    switch (res) {
+    case TFD_ADMITTED:
+        if (held) *session_id = ++srv->next_session_id;
+        return 1;
+    case TFD_REENTERED:
+        srv->counters.admissions_reentered++;
+        tfd_conn_reply(c, frame->seq, TF_ERR_REENTERED,
+                       "this connection holds session %llu: use it, or close it first",
+                       (unsigned long long)c->session_id);
+        break;
+    case TFD_CONTENDED:
+        srv->counters.admissions_contended++;
+        describe_holder(srv, holder, sizeof holder);
+        tfd_conn_reply(c, frame->seq, TF_ERR_CONTENDED,
+                       "the execution domain is held by %s; retry later or run tenferrod with "
+                       "--reservation-policy wait",
+                       holder);
+        break;
+    case TFD_QUEUED:
+        srv->counters.admissions_queued++;
+        srv->next_session_id++; /* reserve the id the waiter was promised */
+        q->frame = frame;
+        c->queued = q;
+        uv_timer_init(srv->loop, &q->timer);
+        uv_timer_start(&q->timer, on_deadline, srv->opt.wait_deadline_ms, 0);
+        return 0;
+    }
+    tf__frame_free(frame);
+    return 0;
+}
+
+void tfd_admission_release(tfd_conn *c) {
+    tfd_server *srv = c->srv;
+    if (!tfd_reservation_release(&srv->res, c)) return;
+    tfd_waiter *w;
+    while ((w = tfd_reservation_admit_next(&srv->res, tfd_now_ms())) != NULL) {
+        tfd_conn *next = w->owner;
+        Tenferro__Frame *frame = next->queued->frame;
+        next->admitted_from_queue = 1;
+        next->admitted_session_id = w->session_id;
+        drop_queued(next, 1);
+        tfd_log(TFD_LOG_DEBUG, "client %llu admitted from the queue", (unsigned long long)next->client_id);
+        tfd_dispatch(next, frame);
+    }
+}
+
+void tfd_admission_cancel(tfd_conn *c) { drop_queued(c, 0); }

@@ -1,0 +1,104 @@
+/*
+ * The backend interface: one vtable that every device family implements.
+ *
+ * The daemon's executor owns ordering (one FIFO per logical stream, served by
+ * worker threads); a backend only knows how to run one item on one of its
+ * streams. CPU backends run kernels synchronously in the calling worker; CUDA
+ * backends launch asynchronously on the stream and report completion through
+ * events. Operation descriptors arrive fully validated: shapes agree, axes are
+ * in range, outputs are freshly allocated and never alias an input. A kernel may still fail (a device error, an
+ * unserved dtype) and then returns a status; it never aborts.
+ */
+#ifndef TENFERRO_DAEMON_BACKEND_H
+#define TENFERRO_DAEMON_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/ops.h"
+#include "tenferro/status.h"
+#include "tenferro/types.h"
+
+/* A tensor as a kernel sees it: contiguous, row-major (last axis fastest). */
+typedef struct tfd_tensor_view {
+    tf_dtype dtype;
+    int rank;
+    int64_t shape[TF_MAX_RANK];
+    int64_t numel;
+    void *data; /* device memory of the backend */
+} tfd_tensor_view;
+
+/* One validated operation. */
+typedef struct tfd_op {
+    tf__op_kind kind;
+    int n_inputs;
+    tfd_tensor_view in[2];
+    tfd_tensor_view out;
+    int n_params;
+    int64_t params[TF_MAX_RANK]; /* permutation, new shape or reduced axes */
+    unsigned flags;              /* TF__REDUCE_KEEPDIMS */
+    tf_scalar alpha;             /* scale, axpby */
+    tf_scalar beta;              /* axpby */
+} tfd_op;
+
+typedef struct tfd_backend tfd_backend;
+
+/* Every entry returns TF_OK or a typed status and writes a reason into msg when it fails. */
+typedef struct tfd_backend_vtable {
+    const char *name; /* "cpu", "cuda" */
+
+    /* Opens device `ordinal`; fills be->description. */
+    tf_status (*open)(tfd_backend *be, int ordinal, char *msg, size_t msg_len);
+    void (*close)(tfd_backend *be);
+
+    /* A logical stream's native state (queue handle, BLAS handle, scratch). */
+    tf_status (*stream_create)(tfd_backend *be, int priority, void **stream);
+    void (*stream_destroy)(tfd_backend *be, void *stream);
+
+    /* Device memory, ordered on `stream` where the device supports it. */
+    tf_status (*alloc)(tfd_backend *be, void *stream, size_t bytes, void **ptr);
+    void (*free)(tfd_backend *be, void *stream, void *ptr);
+
+    /* Copies between host memory and device memory, ordered on `stream`. */
+    tf_status (*copy_to_device)(tfd_backend *be, void *stream, void *dst, const void *src,
+                                size_t bytes);
+    tf_status (*copy_to_host)(tfd_backend *be, void *stream, void *dst, const void *src,
+                              size_t bytes);
+
+    /* Operations, grouped by family; each switches on op->kind and op->in[0].dtype. */
+    tf_status (*binary)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
+    tf_status (*unary)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
+    tf_status (*axpby)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
+    tf_status (*permute)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
+    tf_status (*reduce)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
+    tf_status (*matmul)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
+
+    /*
+     * Completion. event_record marks "everything enqueued on stream so far";
+     * it may set *event to NULL when that work is already complete (CPU).
+     * event_wait blocks until the event completes and reports a device error
+     * seen by then; it is only called from the completion thread.
+     */
+    tf_status (*event_record)(tfd_backend *be, void *stream, void **event, char *msg, size_t msg_len);
+    tf_status (*event_wait)(tfd_backend *be, void *event, char *msg, size_t msg_len);
+    void (*event_destroy)(tfd_backend *be, void *event);
+} tfd_backend_vtable;
+
+struct tfd_backend {
+    const tfd_backend_vtable *vt;
+    int ordinal;
+    char description[256]; /* "cpu (2 cores, OpenBLAS 0.3.21)" */
+    void *impl;            /* backend-private device state */
+};
+
+/* The CPU backend's vtable (daemon/backend/cpu-backend.c). */
+extern const tfd_backend_vtable tfd_cpu_backend;
+
+/*
+ * Runs one operation by dispatching on its kind to the vtable family entry.
+ * Called by the executor's workers.
+ */
+tf_status tfd_backend_run_op(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                             size_t msg_len);
+
+#endif

@@ -1,0 +1,160 @@
+/*
+ * The CPU backend: device life cycle, memory and completion for host memory.
+ *
+ * "Device memory" is ordinary 64-byte aligned host memory, so copies are
+ * memcpy and every kernel runs synchronously in the executor worker that
+ * calls it. Because work is complete when a call returns, events carry no
+ * state (event_record yields NULL). The kernels themselves live in the
+ * cpu-*.c files, one family per file; this file only ties them into the
+ * vtable the executor sees.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "daemon/backend/cpu-kernels.h"
+
+/* Alignment and granularity of allocations: one cache line, enough for any SIMD load. */
+#define CPU_ALIGN ((size_t)64)
+
+/* A logical stream: CPU work needs no queue, but the executor expects a distinct handle. */
+typedef struct cpu_stream {
+    tfd_backend *be;
+} cpu_stream;
+
+/* Extracts "0.3.21" from "OpenBLAS 0.3.21 NO_LAPACKE ..." so the description stays short. */
+static void openblas_version(char *buf, size_t len) {
+    const char *config = openblas_get_config();
+    const char *prefix = "OpenBLAS ";
+    if (config == NULL || strncmp(config, prefix, strlen(prefix)) != 0) {
+        snprintf(buf, len, "unknown");
+        return;
+    }
+    const char *v = config + strlen(prefix);
+    size_t n = strcspn(v, " ");
+    snprintf(buf, len, "%.*s", (int)n, v);
+}
+
+/* There is exactly one host "device", so any ordinal but 0 is a caller mistake. */
+static tf_status cpu_open(tfd_backend *be, int ordinal, char *msg, size_t msg_len) {
+    if (ordinal != 0) {
+        snprintf(msg, msg_len, "cpu backend has only device 0, got ordinal %d", ordinal);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    char version[64];
+    openblas_version(version, sizeof version);
+    be->ordinal = 0;
+    be->impl = NULL;
+    snprintf(be->description, sizeof be->description, "cpu (%ld core%s, OpenBLAS %s)", cores,
+             cores == 1 ? "" : "s", version);
+    return TF_OK;
+}
+
+static void cpu_close(tfd_backend *be) { be->impl = NULL; }
+
+static tf_status cpu_stream_create(tfd_backend *be, int priority, void **stream) {
+    (void)priority;
+    cpu_stream *s = malloc(sizeof *s);
+    if (s == NULL) return TF_ERR_NO_MEMORY;
+    s->be = be;
+    *stream = s;
+    return TF_OK;
+}
+
+static void cpu_stream_destroy(tfd_backend *be, void *stream) {
+    (void)be;
+    free(stream);
+}
+
+/* Rounds up to whole cache lines so kernels may always touch full aligned vectors. */
+static tf_status cpu_alloc(tfd_backend *be, void *stream, size_t bytes, void **ptr) {
+    (void)be;
+    (void)stream;
+    *ptr = NULL;
+    if (bytes > SIZE_MAX - (CPU_ALIGN - 1)) return TF_ERR_NO_MEMORY;
+    size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    if (rounded < CPU_ALIGN) rounded = CPU_ALIGN;
+    void *p = aligned_alloc(CPU_ALIGN, rounded);
+    if (p == NULL) return TF_ERR_NO_MEMORY;
+    *ptr = p;
+    return TF_OK;
+}
+
+static void cpu_free(tfd_backend *be, void *stream, void *ptr) {
+    (void)be;
+    (void)stream;
+    free(ptr);
+}
+
+/* Both directions are host memory; skipping empty or self copies avoids memcpy's overlap rule. */
+static tf_status cpu_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes == 0 || dst == src) return TF_OK;
+    if (dst == NULL || src == NULL) return TF_ERR_INVALID_ARGUMENT;
+    memcpy(dst, src, bytes);
+    return TF_OK;
+}
+
+static tf_status cpu_copy_to_device(tfd_backend *be, void *stream, void *dst, const void *src,
+                                    size_t bytes) {
+    (void)be;
+    (void)stream;
+    return cpu_copy(dst, src, bytes);
+}
+
+static tf_status cpu_copy_to_host(tfd_backend *be, void *stream, void *dst, const void *src,
+                                  size_t bytes) {
+    (void)be;
+    (void)stream;
+    return cpu_copy(dst, src, bytes);
+}
+
+/* Work already finished in the calling worker, so there is nothing left to wait for. */
+static tf_status cpu_event_record(tfd_backend *be, void *stream, void **event, char *msg,
+                                  size_t msg_len) {
+    (void)be;
+    (void)stream;
+    (void)msg;
+    (void)msg_len;
+    *event = NULL;
+    return TF_OK;
+}
+
+static tf_status cpu_event_wait(tfd_backend *be, void *event, char *msg, size_t msg_len) {
+    (void)be;
+    (void)event;
+    (void)msg;
+    (void)msg_len;
+    return TF_OK;
+}
+
+static void cpu_event_destroy(tfd_backend *be, void *event) {
+    (void)be;
+    (void)event;
+}
+
+const tfd_backend_vtable tfd_cpu_backend = {
+    .name = "cpu",
+    .open = cpu_open,
+    .close = cpu_close,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_to_device = cpu_copy_to_device,
+    .copy_to_host = cpu_copy_to_host,
+    .binary = tfd_cpu_binary,
+    .unary = tfd_cpu_unary,
+    .axpby = tfd_cpu_axpby,
+    .permute = tfd_cpu_permute,
+    .reduce = tfd_cpu_reduce,
+    .matmul = tfd_cpu_matmul,
+    .event_record = cpu_event_record,
+    .event_wait = cpu_event_wait,
+    .event_destroy = cpu_event_destroy,
+};

@@ -1,0 +1,277 @@
+/*
+ * Connection plumbing: accepting a client, reading and framing its bytes,
+ * queueing replies, and the close path that reclaims everything the client
+ * owned. A malformed frame ends this connection only; nothing here can take
+ * the daemon or another client down.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+#define READ_CHUNK (64 * 1024)
+
+/* One queued reply: the write request and the encoded bytes in one allocation. */
+typedef struct out_frame {
+    uv_write_t req;
+    size_t len;
+    uint8_t *bytes;
+} out_frame;
+
+static void on_write_done(uv_write_t *req, int status) {
+    (void)status; /* a failed write shows up as a read error and closes the connection */
+    out_frame *f = (out_frame *)req;
+    free(f->bytes);
+    free(f);
+}
+
+void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame) {
+    if (c->pipe_closed || uv_is_closing((uv_handle_t *)&c->pipe)) return;
+    out_frame *f = calloc(1, sizeof *f);
+    if (!f) return;
+    /* Replies may carry a whole chunk plus headers: allow a little above the client's maximum. */
+    tf_status st = tf__frame_encode(frame, c->srv->opt.max_frame_bytes + 4096, &f->bytes, &f->len);
+    if (st != TF_OK) {
+        free(f);
+        tfd_log(TFD_LOG_ERROR, "client %llu: cannot encode a reply (%s)",
+                (unsigned long long)c->client_id, tf_status_name(st));
+        tfd_conn_close(c);
+        return;
+    }
+    uv_buf_t buf = uv_buf_init((char *)f->bytes, (unsigned)f->len);
+    if (uv_write(&f->req, (uv_stream_t *)&c->pipe, &buf, 1, on_write_done) != 0) {
+        free(f->bytes);
+        free(f);
+        tfd_conn_close(c);
+        return;
+    }
+    c->srv->counters.frames_sent++;
+}
+
+void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt, ...) {
+    char message[512] = "";
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(message, sizeof message, fmt, ap);
+        va_end(ap);
+    }
+    Tenferro__Frame frame = TENFERRO__FRAME__INIT;
+    Tenferro__Result result = TENFERRO__RESULT__INIT;
+    result.status = (uint32_t)status;
+    result.message = message;
+    frame.seq = seq;
+    frame.body_case = TENFERRO__FRAME__BODY_RESULT;
+    frame.result = &result;
+    tfd_conn_send(c, &frame);
+}
+
+void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) {
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    c->srv->counters.protocol_errors++;
+    tfd_log(TFD_LOG_WARN, "client %llu (pid %d, %s): protocol error: %s; closing this connection",
+            (unsigned long long)c->client_id, (int)c->pid, c->name, message);
+    tfd_conn_reply(c, 0, TF_ERR_PROTOCOL, "%s; the connection is closed", message);
+    tfd_conn_close(c);
+}
+
+/* Frees the connection once both its pipe is closed and its stream has drained. */
+static void maybe_free(tfd_conn *c) {
+    if (!c->pipe_closed || !c->stream_drained) return;
+    tfd_server *srv = c->srv;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        srv->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    srv->n_conns--;
+    srv->counters.connections_closed++;
+    tfd_stream_destroy(c->stream);
+    tfd_tensor_table_destroy(&c->tensors);
+    free(c->rbuf);
+    tfd_log(TFD_LOG_DEBUG, "client %llu gone", (unsigned long long)c->client_id);
+    free(c);
+    if (srv->stopping && srv->n_conns == 0) tfd_server_begin_shutdown(srv);
+}
+
+static void on_pipe_closed(uv_handle_t *h) {
+    tfd_conn *c = (tfd_conn *)h;
+    c->pipe_closed = 1;
+    maybe_free(c);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+    (void)status;
+    tfd_conn *c = req->data;
+    free(req);
+    uv_close((uv_handle_t *)&c->pipe, on_pipe_closed);
+}
+
+/* The last item on a closing connection's stream: everything it queued has run. */
+static void on_final_marker(tfd_item *it) {
+    tfd_conn *c = it->done_arg;
+    tfd_item_free(it);
+    c->stream_drained = 1;
+    if (c->session_id) {
+        c->srv->counters.sessions_reclaimed++;
+        tfd_log(TFD_LOG_INFO, "client %llu went away holding session %llu: reservation released",
+                (unsigned long long)c->client_id, (unsigned long long)c->session_id);
+        c->session_id = 0;
+    }
+    tfd_admission_release(c);
+    maybe_free(c);
+}
+
+/* Table walker: frees one tensor's device memory on the stream. */
+static void free_one(tfd_tensor *rec, void *arg) { tfd_free_tensor_storage(arg, rec); }
+
+void tfd_conn_close(tfd_conn *c) {
+    if (c->closing) return;
+    c->closing = 1;
+    uv_read_stop((uv_stream_t *)&c->pipe);
+    tfd_admission_cancel(c);
+    c->scoped_active = 0;
+    if (c->stream) {
+        tfd_tensor_table_each(&c->tensors, free_one, c);
+        c->srv->counters.tensors_freed += c->tensors.count;
+        tfd_tensor_table_destroy(&c->tensors);
+        if (tfd_conn_enqueue_marker(c, on_final_marker, c) != TF_OK) c->stream_drained = 1;
+    } else {
+        c->stream_drained = 1;
+    }
+    if (c->stream_drained) tfd_admission_release(c);
+    uv_shutdown_t *req = malloc(sizeof *req);
+    if (req) req->data = c;
+    if (!req || uv_shutdown(req, (uv_stream_t *)&c->pipe, on_shutdown) != 0) {
+        free(req);
+        uv_close((uv_handle_t *)&c->pipe, on_pipe_closed);
+    }
+}
+
+/* Makes room for `need` more bytes after the unread ones, compacting or growing the buffer. */
+static int reserve(tfd_conn *c, size_t need) {
+    if (c->rstart > 0 && c->rstart + c->rlen + need > c->rcap) {
+        memmove(c->rbuf, c->rbuf + c->rstart, c->rlen);
+        c->rstart = 0;
+    }
+    if (c->rlen + need <= c->rcap) return 0;
+    size_t cap = c->rcap ? c->rcap : READ_CHUNK;
+    while (cap < c->rlen + need) cap *= 2;
+    uint8_t *p = realloc(c->rbuf, cap);
+    if (!p) return -1;
+    c->rbuf = p;
+    c->rcap = cap;
+    return 0;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+    (void)suggested;
+    tfd_conn *c = (tfd_conn *)h;
+    if (reserve(c, READ_CHUNK) != 0) {
+        *buf = uv_buf_init(NULL, 0);
+        return;
+    }
+    size_t end = c->rstart + c->rlen;
+    *buf = uv_buf_init((char *)c->rbuf + end, (unsigned)(c->rcap - end));
+}
+
+/* Splits the unread bytes into frames and dispatches each complete one. */
+static void parse_frames(tfd_conn *c) {
+    uint64_t max = c->srv->opt.max_frame_bytes;
+    while (!c->closing && c->rlen >= TF__FRAME_HEADER_BYTES) {
+        uint32_t len = tf__frame_peek_length(c->rbuf + c->rstart);
+        if (len > max) {
+            tfd_conn_fail(c, "frame length %u exceeds the maximum of %llu bytes", len,
+                          (unsigned long long)max);
+            return;
+        }
+        size_t total = TF__FRAME_HEADER_BYTES + (size_t)len;
+        if (c->rlen < total) {
+            if (reserve(c, total - c->rlen) != 0) tfd_conn_fail(c, "out of memory reading a frame");
+            return;
+        }
+        Tenferro__Frame *frame = tf__frame_decode(c->rbuf + c->rstart + TF__FRAME_HEADER_BYTES, len);
+        c->rstart += total;
+        c->rlen -= total;
+        if (!frame) {
+            tfd_conn_fail(c, "a frame body of %u bytes does not decode as tenferro.Frame", len);
+            return;
+        }
+        c->srv->counters.frames_received++;
+        tfd_dispatch(c, frame);
+    }
+    if (c->rlen == 0) c->rstart = 0;
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+    (void)buf;
+    tfd_conn *c = (tfd_conn *)stream;
+    if (c->closing) return;
+    if (nread > 0) {
+        c->rlen += (size_t)nread;
+        parse_frames(c);
+        return;
+    }
+    if (nread == 0) return;
+    if (nread == UV_EOF && c->rlen > 0) {
+        size_t want = c->rlen >= TF__FRAME_HEADER_BYTES
+                          ? TF__FRAME_HEADER_BYTES + tf__frame_peek_length(c->rbuf + c->rstart)
+                          : TF__FRAME_HEADER_BYTES;
+        tfd_conn_fail(c, "truncated frame: the connection ended after %zu of %zu bytes", c->rlen, want);
+        return;
+    }
+    if (nread == UV_ENOBUFS) {
+        tfd_conn_fail(c, "out of memory reading a frame");
+        return;
+    }
+    tfd_conn_close(c);
+}
+
+void tfd_conn_accept(tfd_server *srv) {
+    tfd_conn *c = calloc(1, sizeof *c);
+    if (!c) return;
+    c->srv = srv;
+    uv_pipe_init(srv->loop, &c->pipe, 0);
+    if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->pipe) != 0) {
+        uv_close((uv_handle_t *)&c->pipe, (uv_close_cb)free);
+        return;
+    }
+    c->client_id = ++srv->next_client_id;
+    uv_os_fd_t fd;
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+        c->pid = cred.pid;
+        c->uid = cred.uid;
+        c->gid = cred.gid;
+    }
+    snprintf(c->name, sizeof c->name, "?");
+    tfd_tensor_table_init(&c->tensors);
+    c->next = srv->conns;
+    if (srv->conns) srv->conns->prev = c;
+    srv->conns = c;
+    srv->n_conns++;
+    srv->counters.connections_accepted++;
+    tfd_log(TFD_LOG_DEBUG, "client %llu connected (pid %d uid %u)", (unsigned long long)c->client_id,
+            (int)c->pid, (unsigned)c->uid);
+    uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
+}
+
+/* Runs a marker's done callback with the connection it names. */
+tf_status tfd_conn_enqueue_marker(tfd_conn *c, tfd_item_done_fn done, void *arg) {
+    tfd_item *it = tfd_item_new(TFD_ITEM_MARKER);
+    if (!it) return TF_ERR_NO_MEMORY;
+    it->done = done;
+    it->done_arg = arg;
+    tfd_stream_enqueue(c->stream, it, it, 1);
+    return TF_OK;
+}

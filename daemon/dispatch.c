@@ -1,0 +1,55 @@
+/*
+ * Dispatch: routes a decoded frame to the handler named after its body. The
+ * handshake must come first; a frame the daemon does not know is answered
+ * with a typed error and the connection stays usable.
+ */
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
+    if (!c->hello_done && frame->body_case != TENFERRO__FRAME__BODY_HELLO) {
+        tf__frame_free(frame);
+        tfd_conn_fail(c, "the first frame must be Hello");
+        return;
+    }
+    switch (frame->body_case) {
+    case TENFERRO__FRAME__BODY_HELLO:
+        tfd_handle_hello(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_UPLOAD:
+        tfd_handle_upload(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_DOWNLOAD:
+        tfd_handle_download(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_FREE:
+        tfd_handle_free(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_SESSION_OPEN:
+        tfd_handle_session_open(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_SUBMIT:
+        tfd_handle_submit(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_SESSION_RELEASE:
+        tfd_handle_session_release(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_STATUS_REQUEST:
+        tfd_handle_status(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_HELLO_REPLY:
+    case TENFERRO__FRAME__BODY_RESULT:
+    case TENFERRO__FRAME__BODY_DOWNLOAD_REPLY:
+    case TENFERRO__FRAME__BODY_STATUS_REPLY:
+    case TENFERRO__FRAME__BODY__NOT_SET:
+    default:
+        break;
+    }
+    c->srv->counters.protocol_errors++;
+    tfd_log(TFD_LOG_DEBUG, "client %llu sent an unknown or reply-only message (case %d)",
+            (unsigned long long)c->client_id, (int)frame->body_case);
+    tfd_conn_reply(c, frame->seq, TF_ERR_UNSUPPORTED,
+                   "unknown message type (body %d): this daemon does not serve it",
+                   (int)frame->body_case);
+    tf__frame_free(frame);
+}

@@ -1,0 +1,405 @@
+/*
+ * The executor (see executor.h): stream FIFOs, the worker pool, the completion
+ * thread, and the async handle that hands completed items to the loop.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/frame.h"
+#include "daemon/executor.h"
+#include "daemon/log.h"
+
+/* An item waiting on the completion thread for its backend event. */
+typedef struct pending_event {
+    tfd_item *item;
+} pending_event;
+
+struct tfd_stream {
+    tfd_executor *ex;
+    void *native;
+    pthread_mutex_t lock;
+    tfd_item *head, *tail;
+    int scheduled; /* in the run queue or being served */
+    int running;   /* a worker is executing items taken from it */
+    atomic_uint_fast64_t queued;
+    /* Sticky failure, owned by whichever worker serves the stream. */
+    tfd_item_outcome failure;
+    tfd_stream *run_next;
+};
+
+struct tfd_executor {
+    uv_loop_t *loop;
+    tfd_backend *be;
+    tfd_executor_counters counters;
+
+    pthread_mutex_t lock; /* run queue */
+    pthread_cond_t wake;
+    tfd_stream *run_head, *run_tail;
+    int stopping;
+    int n_workers;
+    pthread_t *workers;
+
+    pthread_mutex_t event_lock; /* completion thread queue */
+    pthread_cond_t event_wake;
+    tfd_item *event_head, *event_tail;
+    int event_stopping;
+    pthread_t event_thread;
+
+    pthread_mutex_t done_lock; /* completed items for the loop */
+    tfd_item *done_head, *done_tail;
+    uv_async_t done_async;
+};
+
+tfd_executor_counters *tfd_executor_counters_of(tfd_executor *ex) { return &ex->counters; }
+tfd_backend *tfd_executor_backend(tfd_executor *ex) { return ex->be; }
+
+tfd_item *tfd_item_new(tfd_item_type type) {
+    tfd_item *it = calloc(1, sizeof *it);
+    if (it) it->type = type;
+    return it;
+}
+
+void tfd_item_free(tfd_item *item) {
+    if (!item) return;
+    if (item->type == TFD_ITEM_WRITE) tf__frame_free(item->u.copy.owned);
+    free(item);
+}
+
+/* Hands a completed item to the loop thread and wakes it. */
+static void post_done(tfd_executor *ex, tfd_item *it) {
+    it->next = NULL;
+    pthread_mutex_lock(&ex->done_lock);
+    if (ex->done_tail)
+        ex->done_tail->next = it;
+    else
+        ex->done_head = it;
+    ex->done_tail = it;
+    pthread_mutex_unlock(&ex->done_lock);
+    uv_async_send(&ex->done_async);
+}
+
+/* Loop thread: runs the callbacks of every item completed since the last wake-up. */
+static void on_done_async(uv_async_t *h) {
+    tfd_executor *ex = h->data;
+    pthread_mutex_lock(&ex->done_lock);
+    tfd_item *it = ex->done_head;
+    ex->done_head = ex->done_tail = NULL;
+    pthread_mutex_unlock(&ex->done_lock);
+    while (it) {
+        tfd_item *next = it->next;
+        it->done(it);
+        it = next;
+    }
+}
+
+/* Completion thread: waits on each recorded event in order, then posts the item. */
+static void *event_thread_main(void *arg) {
+    tfd_executor *ex = arg;
+    for (;;) {
+        pthread_mutex_lock(&ex->event_lock);
+        while (!ex->event_head && !ex->event_stopping) pthread_cond_wait(&ex->event_wake, &ex->event_lock);
+        tfd_item *it = ex->event_head;
+        if (!it) {
+            pthread_mutex_unlock(&ex->event_lock);
+            return NULL;
+        }
+        ex->event_head = it->next;
+        if (!ex->event_head) ex->event_tail = NULL;
+        pthread_mutex_unlock(&ex->event_lock);
+
+        char msg[256] = "";
+        tf_status st = ex->be->vt->event_wait(ex->be, it->event, msg, sizeof msg);
+        ex->be->vt->event_destroy(ex->be, it->event);
+        it->event = NULL;
+        if (st != TF_OK && it->outcome.status == TF_OK) {
+            it->outcome.status = st;
+            it->outcome.batch = it->batch;
+            it->outcome.index = it->index;
+            snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
+            atomic_fetch_add(&ex->counters.execution_errors, 1);
+        }
+        post_done(ex, it);
+    }
+}
+
+/* Records the stream's first failure since the last marker. */
+static void note_failure(tfd_stream *s, tfd_item *it, tf_status st, const char *msg) {
+    atomic_fetch_add(&s->ex->counters.execution_errors, 1);
+    if (s->failure.status != TF_OK) return;
+    s->failure.status = st;
+    s->failure.batch = it->batch;
+    s->failure.index = it->index;
+    snprintf(s->failure.message, sizeof s->failure.message, "%s", msg);
+}
+
+/* Sends an item someone waits for down the completion path: at once, or via its event. */
+static void complete_item(tfd_stream *s, tfd_item *it) {
+    tfd_executor *ex = s->ex;
+    char msg[256] = "";
+    void *event = NULL;
+    tf_status st = ex->be->vt->event_record(ex->be, s->native, &event, msg, sizeof msg);
+    if (st != TF_OK && it->outcome.status == TF_OK) {
+        it->outcome.status = st;
+        snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
+    }
+    if (!event) {
+        post_done(ex, it);
+        return;
+    }
+    it->event = event;
+    it->next = NULL;
+    pthread_mutex_lock(&ex->event_lock);
+    if (ex->event_tail)
+        ex->event_tail->next = it;
+    else
+        ex->event_head = it;
+    ex->event_tail = it;
+    pthread_cond_signal(&ex->event_wake);
+    pthread_mutex_unlock(&ex->event_lock);
+}
+
+/* Runs one item on the worker that serves its stream. */
+static void execute_item(tfd_stream *s, tfd_item *it) {
+    tfd_executor *ex = s->ex;
+    tfd_backend *be = ex->be;
+    char msg[256] = "";
+    tf_status st = TF_OK;
+    switch (it->type) {
+    case TFD_ITEM_OP:
+        if (s->failure.status != TF_OK) break;
+        st = tfd_backend_run_op(be, s->native, &it->u.op, msg, sizeof msg);
+        atomic_fetch_add(&ex->counters.ops_executed, 1);
+        if (st != TF_OK) note_failure(s, it, st, msg);
+        break;
+    case TFD_ITEM_WRITE:
+        if (s->failure.status == TF_OK) {
+            st = be->vt->copy_to_device(be, s->native, it->u.copy.device, it->u.copy.host,
+                                        it->u.copy.bytes);
+            if (st != TF_OK) note_failure(s, it, st, "copy to device failed");
+        }
+        tfd_item_free(it);
+        return;
+    case TFD_ITEM_READ:
+        if (s->failure.status == TF_OK) {
+            st = be->vt->copy_to_host(be, s->native, it->u.copy.host, it->u.copy.device,
+                                      it->u.copy.bytes);
+            if (st != TF_OK) note_failure(s, it, st, "copy to host failed");
+        }
+        it->outcome = s->failure;
+        complete_item(s, it);
+        return;
+    case TFD_ITEM_FREE:
+        be->vt->free(be, s->native, it->u.free.ptr);
+        tfd_executor_note_free(ex, it->u.free.bytes);
+        break;
+    case TFD_ITEM_MARKER:
+        it->outcome = s->failure;
+        memset(&s->failure, 0, sizeof s->failure);
+        complete_item(s, it);
+        return;
+    }
+    tfd_item_free(it);
+}
+
+/* Puts a stream at the tail of the run queue; the caller holds ex->lock. */
+static void runq_push_locked(tfd_executor *ex, tfd_stream *s) {
+    s->run_next = NULL;
+    if (ex->run_tail)
+        ex->run_tail->run_next = s;
+    else
+        ex->run_head = s;
+    ex->run_tail = s;
+    pthread_cond_signal(&ex->wake);
+}
+
+/*
+ * Serves one stream: takes everything queued, runs it in order, and either
+ * gives the stream up or requeues it behind the others if more arrived.
+ */
+static void serve_stream(tfd_executor *ex, tfd_stream *s) {
+    pthread_mutex_lock(&s->lock);
+    tfd_item *it = s->head;
+    s->head = s->tail = NULL;
+    s->running = 1;
+    pthread_mutex_unlock(&s->lock);
+
+    uint64_t done = 0;
+    while (it) {
+        tfd_item *next = it->next;
+        execute_item(s, it);
+        done++;
+        it = next;
+    }
+    atomic_fetch_sub(&s->queued, done);
+    atomic_fetch_add(&ex->counters.items_executed, done);
+
+    pthread_mutex_lock(&s->lock);
+    s->running = 0;
+    if (s->head) {
+        pthread_mutex_lock(&ex->lock);
+        runq_push_locked(ex, s);
+        pthread_mutex_unlock(&ex->lock);
+    } else {
+        s->scheduled = 0;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+static void *worker_main(void *arg) {
+    tfd_executor *ex = arg;
+    for (;;) {
+        pthread_mutex_lock(&ex->lock);
+        while (!ex->run_head && !ex->stopping) pthread_cond_wait(&ex->wake, &ex->lock);
+        tfd_stream *s = ex->run_head;
+        if (!s) {
+            pthread_mutex_unlock(&ex->lock);
+            return NULL;
+        }
+        ex->run_head = s->run_next;
+        if (!ex->run_head) ex->run_tail = NULL;
+        pthread_mutex_unlock(&ex->lock);
+        serve_stream(ex, s);
+    }
+}
+
+tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_executor **out) {
+    tfd_executor *ex = calloc(1, sizeof *ex);
+    if (!ex) return TF_ERR_NO_MEMORY;
+    ex->loop = loop;
+    ex->be = be;
+    ex->n_workers = workers < 1 ? 1 : workers;
+    pthread_mutex_init(&ex->lock, NULL);
+    pthread_cond_init(&ex->wake, NULL);
+    pthread_mutex_init(&ex->event_lock, NULL);
+    pthread_cond_init(&ex->event_wake, NULL);
+    pthread_mutex_init(&ex->done_lock, NULL);
+    uv_async_init(loop, &ex->done_async, on_done_async);
+    ex->done_async.data = ex;
+    ex->workers = calloc((size_t)ex->n_workers, sizeof(pthread_t));
+    if (!ex->workers) return TF_ERR_NO_MEMORY;
+    for (int i = 0; i < ex->n_workers; i++) {
+        if (pthread_create(&ex->workers[i], NULL, worker_main, ex) != 0) {
+            tfd_log(TFD_LOG_ERROR, "cannot start worker thread %d", i);
+            ex->n_workers = i;
+            tfd_executor_stop(ex);
+            return TF_ERR_IO;
+        }
+    }
+    if (pthread_create(&ex->event_thread, NULL, event_thread_main, ex) != 0) {
+        tfd_executor_stop(ex);
+        return TF_ERR_IO;
+    }
+    *out = ex;
+    return TF_OK;
+}
+
+static void on_async_closed(uv_handle_t *h) { free(h->data); }
+
+void tfd_executor_stop(tfd_executor *ex) {
+    pthread_mutex_lock(&ex->lock);
+    ex->stopping = 1;
+    pthread_cond_broadcast(&ex->wake);
+    pthread_mutex_unlock(&ex->lock);
+    for (int i = 0; i < ex->n_workers; i++) pthread_join(ex->workers[i], NULL);
+    pthread_mutex_lock(&ex->event_lock);
+    ex->event_stopping = 1;
+    pthread_cond_broadcast(&ex->event_wake);
+    pthread_mutex_unlock(&ex->event_lock);
+    if (ex->event_thread) pthread_join(ex->event_thread, NULL);
+    free(ex->workers);
+    /* The executor is freed once libuv has closed its async handle. */
+    uv_close((uv_handle_t *)&ex->done_async, on_async_closed);
+}
+
+tf_status tfd_stream_create(tfd_executor *ex, int priority, tfd_stream **out, char *msg,
+                            size_t msg_len) {
+    tfd_stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(msg, msg_len, "out of host memory creating a stream");
+        return TF_ERR_NO_MEMORY;
+    }
+    tf_status st = ex->be->vt->stream_create(ex->be, priority, &s->native);
+    if (st != TF_OK) {
+        snprintf(msg, msg_len, "backend %s could not create a stream: %s", ex->be->vt->name,
+                 tf_strerror(st));
+        free(s);
+        return st;
+    }
+    s->ex = ex;
+    pthread_mutex_init(&s->lock, NULL);
+    *out = s;
+    return TF_OK;
+}
+
+void tfd_stream_destroy(tfd_stream *s) {
+    if (!s) return;
+    s->ex->be->vt->stream_destroy(s->ex->be, s->native);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+void *tfd_stream_native(tfd_stream *s) { return s->native; }
+
+uint64_t tfd_stream_queued(tfd_stream *s) { return atomic_load(&s->queued); }
+
+int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome) {
+    void *probe = NULL;
+    int idle = 0;
+    pthread_mutex_lock(&s->lock);
+    if (!s->scheduled && !s->head) {
+        /* A synchronous backend records no event: its work is done when the queue is. */
+        char msg[8];
+        if (s->ex->be->vt->event_record(s->ex->be, s->native, &probe, msg, sizeof msg) == TF_OK &&
+            !probe) {
+            *outcome = s->failure;
+            memset(&s->failure, 0, sizeof s->failure);
+            idle = 1;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (probe) s->ex->be->vt->event_destroy(s->ex->be, probe);
+    return idle;
+}
+
+void tfd_stream_enqueue(tfd_stream *s, tfd_item *first, tfd_item *last, uint64_t count) {
+    if (!first) return;
+    for (tfd_item *it = first; it; it = it->next) {
+        it->stream = s;
+        if (it == last) break;
+    }
+    last->next = NULL;
+    atomic_fetch_add(&s->queued, count);
+    pthread_mutex_lock(&s->lock);
+    if (s->tail)
+        s->tail->next = first;
+    else
+        s->head = first;
+    s->tail = last;
+    if (!s->scheduled) {
+        s->scheduled = 1;
+        pthread_mutex_lock(&s->ex->lock);
+        runq_push_locked(s->ex, s);
+        pthread_mutex_unlock(&s->ex->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+tf_status tfd_stream_alloc(tfd_stream *s, size_t bytes, void **ptr, char *msg, size_t msg_len) {
+    tfd_backend *be = s->ex->be;
+    tf_status st = be->vt->alloc(be, s->native, bytes, ptr);
+    if (st != TF_OK) {
+        snprintf(msg, msg_len, "cannot allocate %zu bytes on %s: %s", bytes, be->vt->name,
+                 tf_strerror(st));
+        return st;
+    }
+    atomic_fetch_add(&s->ex->counters.device_bytes_live, bytes);
+    atomic_fetch_add(&s->ex->counters.device_allocations_live, 1);
+    return TF_OK;
+}
+
+void tfd_executor_note_free(tfd_executor *ex, size_t bytes) {
+    atomic_fetch_sub(&ex->counters.device_bytes_live, bytes);
+    atomic_fetch_sub(&ex->counters.device_allocations_live, 1);
+}

@@ -1,0 +1,132 @@
+/*
+ * The executor: logical streams, their FIFOs, the worker pool that serves
+ * them, and the completion path back to the event loop.
+ *
+ * Each client connection owns one logical stream. Items queued on a stream run
+ * in order, served by one worker at a time; different streams are served by
+ * different workers concurrently, so one client's work never waits behind
+ * another's on a single thread. Items that someone waits for (markers, reads)
+ * complete through the backend's events: a worker records an event after the
+ * item, a completion thread waits on it, and the loop thread is woken with
+ * uv_async_send to run the item's callback. The loop thread never blocks on
+ * device work.
+ *
+ * Failure is sticky until reported: once an item fails, every later operation
+ * and read on that stream is skipped until the next marker, which reports the
+ * failure (status, message, the batch and the index inside it) and clears it.
+ */
+#ifndef TENFERRO_DAEMON_EXECUTOR_H
+#define TENFERRO_DAEMON_EXECUTOR_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/backend/backend.h"
+
+typedef struct tfd_executor tfd_executor;
+typedef struct tfd_stream tfd_stream;
+typedef struct tfd_item tfd_item;
+
+typedef enum tfd_item_type {
+    TFD_ITEM_OP = 1,     /* run op */
+    TFD_ITEM_WRITE = 2,  /* copy host bytes into device memory */
+    TFD_ITEM_READ = 3,   /* copy device memory into host bytes, then complete */
+    TFD_ITEM_FREE = 4,   /* free device memory */
+    TFD_ITEM_MARKER = 5, /* complete once everything before it has completed */
+} tfd_item_type;
+
+/* Runs on the loop thread when a READ or MARKER item has completed. */
+typedef void (*tfd_item_done_fn)(tfd_item *item);
+
+/* What a completed item reports: OK, or the stream's first failure since the last report. */
+typedef struct tfd_item_outcome {
+    tf_status status;
+    uint64_t batch;      /* batch of the failed item */
+    uint32_t index;      /* its index inside that batch */
+    char message[256];
+} tfd_item_outcome;
+
+struct tfd_item {
+    tfd_item *next;
+    tfd_item_type type;
+    uint64_t batch;      /* submission that carried this item; 0 for none */
+    uint32_t index;      /* position inside that submission */
+    union {
+        tfd_op op;
+        struct {
+            void *device;    /* WRITE: destination; READ: source */
+            void *host;      /* WRITE: source; READ: destination */
+            size_t bytes;
+            void *owned;     /* WRITE: the frame holding the source bytes, freed after the copy */
+        } copy;
+        struct {
+            void *ptr;
+            size_t bytes;
+        } free;
+    } u;
+    /* For READ and MARKER: called on the loop thread once complete. */
+    tfd_item_done_fn done;
+    void *done_arg;
+    uint64_t tag;        /* the waiting request's sequence number */
+    tfd_item_outcome outcome;
+    void *event; /* backend event recorded after this item, if any */
+    tfd_stream *stream;
+};
+
+/* Counters the executor keeps, readable from any thread. */
+typedef struct tfd_executor_counters {
+    atomic_uint_fast64_t items_executed;
+    atomic_uint_fast64_t ops_executed;
+    atomic_uint_fast64_t execution_errors;
+    atomic_uint_fast64_t device_bytes_live;
+    atomic_uint_fast64_t device_allocations_live;
+} tfd_executor_counters;
+
+/* Starts `workers` worker threads and one completion thread on backend `be`. */
+tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_executor **out);
+
+/* Stops the threads after they finish what is queued; streams must be destroyed first. */
+void tfd_executor_stop(tfd_executor *ex);
+
+tfd_executor_counters *tfd_executor_counters_of(tfd_executor *ex);
+tfd_backend *tfd_executor_backend(tfd_executor *ex);
+
+/* Creates a logical stream with the backend's native stream behind it. */
+tf_status tfd_stream_create(tfd_executor *ex, int priority, tfd_stream **out, char *msg,
+                            size_t msg_len);
+
+/* Destroys an idle stream (the caller has waited for its last marker). */
+void tfd_stream_destroy(tfd_stream *s);
+
+/* The backend's native stream behind a logical stream (for allocation). */
+void *tfd_stream_native(tfd_stream *s);
+
+/* Number of items queued and not yet executed. */
+uint64_t tfd_stream_queued(tfd_stream *s);
+
+/*
+ * When the stream has nothing queued or running and the backend runs work
+ * synchronously, takes the stream's pending failure into *outcome and returns
+ * 1: a marker would complete at once, so the loop can answer without a
+ * round trip through the workers. Returns 0 otherwise.
+ */
+int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome);
+
+/* Allocates a zeroed item; NULL when out of memory. */
+tfd_item *tfd_item_new(tfd_item_type type);
+
+/* Frees an item the loop no longer needs (after its callback, or one never enqueued). */
+void tfd_item_free(tfd_item *item);
+
+/* Appends a chain of items (linked through ->next, `count` of them) to the stream. */
+void tfd_stream_enqueue(tfd_stream *s, tfd_item *first, tfd_item *last, uint64_t count);
+
+/*
+ * Allocates device memory on the stream and counts it; frees likewise. The
+ * counters make "every byte came back" checkable from tenferroctl status.
+ */
+tf_status tfd_stream_alloc(tfd_stream *s, size_t bytes, void **ptr, char *msg, size_t msg_len);
+void tfd_executor_note_free(tfd_executor *ex, size_t bytes);
+
+#endif

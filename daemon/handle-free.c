@@ -1,0 +1,22 @@
+/*
+ * Free: releases tensors outside any batch. The device memory is freed on the
+ * stream, after every item queued before it, so work still in flight keeps
+ * reading valid memory. No reply: a handle that is not live is only counted.
+ */
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+void tfd_handle_free(tfd_conn *c, Tenferro__Frame *frame) {
+    Tenferro__Free *fr = frame->free;
+    for (size_t i = 0; i < fr->n_tensors; i++) {
+        tfd_tensor rec;
+        if (tfd_tensor_table_remove(&c->tensors, fr->tensors[i], &rec) != 0) {
+            tfd_log(TFD_LOG_DEBUG, "client %llu freed tensor %llu, which is not live",
+                    (unsigned long long)c->client_id, (unsigned long long)fr->tensors[i]);
+            continue;
+        }
+        tfd_free_tensor_storage(c, &rec);
+        c->srv->counters.tensors_freed++;
+    }
+    tf__frame_free(frame);
+}

@@ -1,0 +1,211 @@
+/*
+ * Session requests: SessionOpen (held entry), Submit in each of its modes
+ * (held submit / synchronize / close, scoped burst and its final frame) and
+ * SessionRelease (the drop path). The session table of docs/sessions.md is
+ * implemented here and in admission.c.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+void tfd_handle_session_open(tfd_conn *c, Tenferro__Frame *frame) {
+    uint64_t seq = frame->seq;
+    if (c->session_id) {
+        c->srv->counters.admissions_reentered++;
+        tfd_conn_reply(c, seq, TF_ERR_REENTERED,
+                       "this connection already holds session %llu: close it before opening another",
+                       (unsigned long long)c->session_id);
+        tf__frame_free(frame);
+        return;
+    }
+    if (c->scoped_active) {
+        c->srv->counters.admissions_reentered++;
+        tfd_conn_reply(c, seq, TF_ERR_REENTERED,
+                       "a scoped session of this connection is still running: finish it first");
+        tf__frame_free(frame);
+        return;
+    }
+    uint64_t session_id = 0;
+    if (!tfd_admission_request(c, frame, 1, &session_id)) return;
+    c->session_id = session_id;
+    c->srv->counters.sessions_opened++;
+    tf__frame_free(frame);
+
+    Tenferro__Frame out = TENFERRO__FRAME__INIT;
+    Tenferro__Result result = TENFERRO__RESULT__INIT;
+    result.status = TF_OK;
+    result.message = "";
+    result.session_id = session_id;
+    out.seq = seq;
+    out.body_case = TENFERRO__FRAME__BODY_RESULT;
+    out.result = &result;
+    tfd_conn_send(c, &out);
+}
+
+/* Sends the Result of a submission: its validation outcome, or a device failure seen by a wait. */
+static void reply_batch(tfd_conn *c, uint64_t seq, const tfd_batch_result *r) {
+    Tenferro__Frame out = TENFERRO__FRAME__INIT;
+    Tenferro__Result result = TENFERRO__RESULT__INIT;
+    result.status = (uint32_t)r->status;
+    result.message = (char *)r->message;
+    result.has_failed_index = r->has_failed_index;
+    result.failed_index = r->failed_index;
+    result.ops_accepted = r->accepted;
+    result.session_id = c->session_id;
+    out.seq = seq;
+    out.body_case = TENFERRO__FRAME__BODY_RESULT;
+    out.result = &result;
+    tfd_conn_send(c, &out);
+}
+
+/* What a waiting submission needs when its marker completes. */
+typedef struct sync_wait {
+    tfd_conn *conn;
+    uint64_t seq;
+    uint64_t batch;
+    uint64_t accepted;
+} sync_wait;
+
+/* Turns a stream's reported failure into the reply of the submission that waited for it. */
+static void fill_outcome(tfd_batch_result *r, const tfd_item_outcome *o, uint64_t batch) {
+    r->status = o->status;
+    if (o->status == TF_OK) return;
+    if (o->batch == batch) {
+        r->has_failed_index = 1;
+        r->failed_index = o->index;
+        snprintf(r->message, sizeof r->message, "operation %u failed on the device: %s", o->index,
+                 o->message);
+    } else {
+        snprintf(r->message, sizeof r->message,
+                 "an operation of an earlier submission (index %u) failed on the device: %s",
+                 o->index, o->message);
+    }
+}
+
+static void on_sync_marker(tfd_item *it) {
+    sync_wait *w = it->done_arg;
+    tfd_conn *c = w->conn;
+    if (!c->closing) {
+        tfd_batch_result r = {.accepted = w->accepted};
+        fill_outcome(&r, &it->outcome, w->batch);
+        reply_batch(c, w->seq, &r);
+    }
+    free(w);
+    tfd_item_free(it);
+}
+
+/* Answers once everything enqueued so far on the stream has completed. */
+static void reply_when_drained(tfd_conn *c, uint64_t seq, const tfd_batch_result *r) {
+    tfd_item_outcome o;
+    if (tfd_stream_complete_if_idle(c->stream, &o)) {
+        tfd_batch_result done = *r;
+        fill_outcome(&done, &o, r->batch);
+        reply_batch(c, seq, &done);
+        return;
+    }
+    sync_wait *w = malloc(sizeof *w);
+    if (!w || tfd_conn_enqueue_marker(c, on_sync_marker, w) != TF_OK) {
+        free(w);
+        tfd_batch_result fail = *r;
+        fail.status = TF_ERR_NO_MEMORY;
+        snprintf(fail.message, sizeof fail.message, "out of host memory waiting for the stream");
+        reply_batch(c, seq, &fail);
+        return;
+    }
+    w->conn = c;
+    w->seq = seq;
+    w->batch = r->batch;
+    w->accepted = r->accepted;
+}
+
+/* Submit on a held session: enqueue, and per mode also wait or close. */
+static void submit_held(tfd_conn *c, Tenferro__Frame *frame) {
+    Tenferro__Submit *sub = frame->submit;
+    uint64_t seq = frame->seq;
+    if (sub->session_id == 0 || sub->session_id != c->session_id) {
+        tfd_conn_reply(c, seq, TF_ERR_SESSION_CLOSED,
+                       "session %llu is not open on this connection",
+                       (unsigned long long)sub->session_id);
+        tf__frame_free(frame);
+        return;
+    }
+    tfd_batch_result r;
+    tfd_batch_enqueue(c, sub->ops, sub->n_ops, &r);
+    uint32_t mode = sub->mode;
+    tf__frame_free(frame);
+    if (mode == TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE) {
+        tfd_admission_release(c);
+        c->session_id = 0;
+        c->srv->counters.sessions_closed++;
+        reply_batch(c, seq, &r);
+        return;
+    }
+    if (mode == TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE && r.status == TF_OK) {
+        reply_when_drained(c, seq, &r);
+        return;
+    }
+    reply_batch(c, seq, &r);
+}
+
+/* Submit of a scoped root: admitted on its first frame, synchronized on its final one. */
+static void submit_scoped(tfd_conn *c, Tenferro__Frame *frame) {
+    uint64_t seq = frame->seq;
+    if (!c->scoped_active) {
+        if (c->session_id) {
+            c->srv->counters.admissions_reentered++;
+            tfd_conn_reply(c, seq, TF_ERR_REENTERED,
+                           "this connection holds session %llu: run the work in it instead of a "
+                           "scoped session",
+                           (unsigned long long)c->session_id);
+            tf__frame_free(frame);
+            return;
+        }
+        if (!tfd_admission_request(c, frame, 0, NULL)) return;
+        c->srv->counters.scoped_roots++;
+    }
+    Tenferro__Submit *sub = frame->submit;
+    int final = sub->mode == TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL;
+    tfd_batch_result r;
+    tfd_batch_enqueue(c, sub->ops, sub->n_ops, &r);
+    tf__frame_free(frame);
+    c->scoped_active = !final;
+    if (final && r.status == TF_OK) {
+        reply_when_drained(c, seq, &r);
+        return;
+    }
+    reply_batch(c, seq, &r);
+}
+
+void tfd_handle_submit(tfd_conn *c, Tenferro__Frame *frame) {
+    switch (frame->submit->mode) {
+    case TENFERRO__SUBMIT_MODE__SUBMIT_ENQUEUE:
+    case TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE:
+    case TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE:
+        submit_held(c, frame);
+        return;
+    case TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED:
+    case TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL:
+        submit_scoped(c, frame);
+        return;
+    default:
+        tfd_conn_reply(c, frame->seq, TF_ERR_INVALID_ARGUMENT, "unknown submit mode %u",
+                       frame->submit->mode);
+        tf__frame_free(frame);
+        return;
+    }
+}
+
+void tfd_handle_session_release(tfd_conn *c, Tenferro__Frame *frame) {
+    uint64_t id = frame->session_release->session_id;
+    tf__frame_free(frame);
+    if (id == 0 || id != c->session_id) {
+        tfd_log(TFD_LOG_DEBUG, "client %llu released session %llu, which it does not hold",
+                (unsigned long long)c->client_id, (unsigned long long)id);
+        return;
+    }
+    c->session_id = 0;
+    c->srv->counters.sessions_released++;
+    tfd_admission_release(c);
+}

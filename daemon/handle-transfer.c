@@ -1,0 +1,146 @@
+/*
+ * Upload and Download: the blocking transfer routes. Data travels inline in
+ * frames of at most the negotiated size (the client splits larger tensors into
+ * chunks). Both are ordered on the connection's stream, so an upload is seen
+ * by every later operation and a download returns the value after everything
+ * queued before it.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/server.h"
+
+/* Creates the tensor an Upload announces, after checking its handle and shape. */
+static tf_status create_tensor(tfd_conn *c, const Tenferro__Upload *up, char *msg, size_t len) {
+    if (up->tensor == 0 || tfd_tensor_table_find(&c->tensors, up->tensor)) {
+        snprintf(msg, len, "tensor handle %llu is zero or already in use on this connection",
+                 (unsigned long long)up->tensor);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (up->n_shape > TF_MAX_RANK) {
+        snprintf(msg, len, "rank %zu is above the maximum of %d", up->n_shape, TF_MAX_RANK);
+        return TF_ERR_BAD_SHAPE;
+    }
+    tfd_tensor rec = {.id = up->tensor};
+    rec.meta.dtype = (tf_dtype)up->dtype;
+    rec.meta.rank = (int)up->n_shape;
+    for (size_t i = 0; i < up->n_shape; i++) rec.meta.shape[i] = up->shape[i];
+    tf_status st = tf__check_new_meta(rec.meta.dtype, rec.meta.rank, rec.meta.shape, msg, len);
+    if (st != TF_OK) return st;
+    rec.bytes = tf__meta_bytes(&rec.meta);
+    st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
+    if (st != TF_OK) return st;
+    if (tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
+        tfd_free_tensor_storage(c, &rec);
+        snprintf(msg, len, "out of host memory");
+        return TF_ERR_NO_MEMORY;
+    }
+    c->srv->counters.tensors_created++;
+    return TF_OK;
+}
+
+void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
+    Tenferro__Upload *up = frame->upload;
+    uint64_t seq = frame->seq;
+    char msg[256];
+    tf_status st = TF_OK;
+    if (up->create) st = create_tensor(c, up, msg, sizeof msg);
+    if (st == TF_OK && up->data.len > 0) {
+        tfd_tensor *t = tfd_tensor_table_find(&c->tensors, up->tensor);
+        if (!t) {
+            snprintf(msg, sizeof msg, "tensor %llu is not live on this connection",
+                     (unsigned long long)up->tensor);
+            st = TF_ERR_UNKNOWN_HANDLE;
+        } else if (up->offset > t->bytes || up->data.len > t->bytes - up->offset) {
+            snprintf(msg, sizeof msg, "write of %zu bytes at offset %llu does not fit tensor %llu (%zu bytes)",
+                     up->data.len, (unsigned long long)up->offset, (unsigned long long)up->tensor,
+                     t->bytes);
+            st = TF_ERR_INVALID_ARGUMENT;
+        } else {
+            tfd_item *it = tfd_item_new(TFD_ITEM_WRITE);
+            if (!it) {
+                snprintf(msg, sizeof msg, "out of host memory");
+                st = TF_ERR_NO_MEMORY;
+            } else {
+                it->u.copy.device = (uint8_t *)t->data + up->offset;
+                it->u.copy.host = up->data.data;
+                it->u.copy.bytes = up->data.len;
+                it->u.copy.owned = frame; /* the frame holds the bytes until the copy ran */
+                c->srv->counters.bytes_uploaded += up->data.len;
+                tfd_stream_enqueue(c->stream, it, it, 1);
+                frame = NULL;
+            }
+        }
+    }
+    tf__frame_free(frame);
+    if (st != TF_OK)
+        tfd_conn_reply(c, seq, st, "%s", msg);
+    else
+        tfd_conn_reply(c, seq, TF_OK, NULL);
+}
+
+/* Sends the bytes a READ item copied out, or the failure the stream reported. */
+static void on_read_done(tfd_item *it) {
+    tfd_conn *c = it->done_arg;
+    if (!c->closing) {
+        Tenferro__Frame out = TENFERRO__FRAME__INIT;
+        Tenferro__DownloadReply reply = TENFERRO__DOWNLOAD_REPLY__INIT;
+        Tenferro__Result result = TENFERRO__RESULT__INIT;
+        result.status = (uint32_t)it->outcome.status;
+        result.message = it->outcome.message;
+        reply.result = &result;
+        if (it->outcome.status == TF_OK) {
+            reply.data.data = it->u.copy.host;
+            reply.data.len = it->u.copy.bytes;
+            c->srv->counters.bytes_downloaded += it->u.copy.bytes;
+        }
+        out.seq = it->tag;
+        out.body_case = TENFERRO__FRAME__BODY_DOWNLOAD_REPLY;
+        out.download_reply = &reply;
+        tfd_conn_send(c, &out);
+    }
+    free(it->u.copy.host);
+    tfd_item_free(it);
+}
+
+void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
+    Tenferro__Download *dl = frame->download;
+    uint64_t seq = frame->seq;
+    uint64_t id = dl->tensor, offset = dl->offset, length = dl->length;
+    tf__frame_free(frame);
+    tfd_tensor *t = tfd_tensor_table_find(&c->tensors, id);
+    if (!t) {
+        tfd_conn_reply(c, seq, TF_ERR_UNKNOWN_HANDLE, "tensor %llu is not live on this connection",
+                       (unsigned long long)id);
+        return;
+    }
+    if (offset > t->bytes || length > t->bytes - offset) {
+        tfd_conn_reply(c, seq, TF_ERR_INVALID_ARGUMENT,
+                       "read of %llu bytes at offset %llu does not fit tensor %llu (%zu bytes)",
+                       (unsigned long long)length, (unsigned long long)offset,
+                       (unsigned long long)id, t->bytes);
+        return;
+    }
+    if (length > c->srv->opt.max_frame_bytes) {
+        tfd_conn_reply(c, seq, TF_ERR_INVALID_ARGUMENT,
+                       "read of %llu bytes exceeds the %llu-byte frame maximum: read in chunks",
+                       (unsigned long long)length, (unsigned long long)c->srv->opt.max_frame_bytes);
+        return;
+    }
+    tfd_item *it = tfd_item_new(TFD_ITEM_READ);
+    void *host = malloc(length ? length : 1);
+    if (!it || !host) {
+        free(it);
+        free(host);
+        tfd_conn_reply(c, seq, TF_ERR_NO_MEMORY, "out of host memory for a %llu-byte read",
+                       (unsigned long long)length);
+        return;
+    }
+    it->u.copy.device = (uint8_t *)t->data + offset;
+    it->u.copy.host = host;
+    it->u.copy.bytes = length;
+    it->done = on_read_done;
+    it->done_arg = c;
+    it->tag = seq;
+    tfd_stream_enqueue(c->stream, it, it, 1);
+}

@@ -1,0 +1,32 @@
+/*
+ * Logging. Lines carry a syslog priority prefix ("<3>") so journald files them
+ * at the right level, and a plain level word for a terminal reader.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/log.h"
+
+static tfd_log_level current_level = TFD_LOG_INFO;
+
+void tfd_log_set_level(tfd_log_level level) { current_level = level; }
+
+int tfd_log_parse_level(const char *name) {
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
+void tfd_log(tfd_log_level level, const char *fmt, ...) {
+    static const int priorities[] = {3, 4, 6, 7};
+    static const char *const words[] = {"error", "warn", "info", "debug"};
+    if (level > current_level) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "<%d>tenferrod %s: %s\n", priorities[level], words[level], line);
+}

@@ -1,0 +1,166 @@
+/*
+ * The server: opens the backend, starts the executor, binds the Unix socket,
+ * runs the libuv loop, and shuts down cleanly on SIGTERM/SIGINT (stop
+ * accepting, close every connection, let each stream drain, stop the workers).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/backend/registry.h"
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+uint64_t tfd_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void on_connection(uv_stream_t *listener, int status) {
+    tfd_server *srv = listener->data;
+    if (status < 0 || srv->stopping) return;
+    tfd_conn_accept(srv);
+}
+
+/* Creates the socket's directory if missing (as the runtime directory would be). */
+static void ensure_parent_dir(const char *path) {
+    char dir[sizeof ((struct sockaddr_un *)0)->sun_path];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir) return;
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return;
+    *slash = '\0';
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        mkdir(dir, 0755);
+        *p = '/';
+    }
+    mkdir(dir, 0755);
+}
+
+/*
+ * Removes a socket file left by a daemon that died, but refuses to steal the
+ * path from a daemon that still answers on it.
+ */
+static int clear_stale_socket(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+    if (!S_ISSOCK(st.st_mode)) {
+        tfd_log(TFD_LOG_ERROR, "%s exists and is not a socket: remove it or pick another --socket", path);
+        return -1;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path) >= (int)sizeof addr.sun_path) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    int live = fd >= 0 && connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+    if (fd >= 0) close(fd);
+    if (live) {
+        tfd_log(TFD_LOG_ERROR, "another tenferrod is listening on %s: stop it or pick another --socket",
+                path);
+        return -1;
+    }
+    unlink(path);
+    return 0;
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+    tfd_server *srv = h->data;
+    tfd_log(TFD_LOG_INFO, "signal %d: draining %d client%s and exiting", signum, srv->n_conns,
+            srv->n_conns == 1 ? "" : "s");
+    tfd_server_begin_shutdown(srv);
+}
+
+void tfd_server_begin_shutdown(tfd_server *srv) {
+    if (!srv->stopping) {
+        srv->stopping = 1;
+        uv_close((uv_handle_t *)&srv->listener, NULL);
+        unlink(srv->opt.socket_path);
+        for (tfd_conn *c = srv->conns, *next; c; c = next) {
+            next = c->next;
+            tfd_conn_close(c);
+        }
+    }
+    if (srv->n_conns == 0 && srv->stopping == 1) {
+        srv->stopping = 2;
+        uv_close((uv_handle_t *)&srv->sig_term, NULL);
+        uv_close((uv_handle_t *)&srv->sig_int, NULL);
+        tfd_executor_stop(srv->ex);
+    }
+}
+
+int tfd_server_run(const tfd_options *opt) {
+    static tfd_server server;
+    tfd_server *srv = &server;
+    memset(srv, 0, sizeof *srv);
+    srv->opt = *opt;
+    srv->loop = uv_default_loop();
+    srv->start_ms = tfd_now_ms();
+    tfd_reservation_init(&srv->res, 0);
+    signal(SIGPIPE, SIG_IGN);
+
+    char msg[512], resolved[32];
+    tf_status st = tfd_backend_select(opt->device, &srv->backend, resolved, sizeof resolved, msg,
+                                      sizeof msg);
+    if (st != TF_OK) {
+        tfd_log(TFD_LOG_ERROR, "cannot open device %s: %s", opt->device, msg);
+        return 1;
+    }
+    if (!srv->opt.socket_path[0]) {
+        const char *env = getenv("TENFERRO_SOCKET");
+        if (env && env[0])
+            snprintf(srv->opt.socket_path, sizeof srv->opt.socket_path, "%s", env);
+        else
+            snprintf(srv->opt.socket_path, sizeof srv->opt.socket_path,
+                     "/run/tenferro/tenferrod-%s.sock", resolved);
+    }
+    int workers = opt->workers;
+    if (workers <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        workers = n < 1 ? 1 : n > 16 ? 16 : (int)n;
+    }
+    if (tfd_executor_start(srv->loop, &srv->backend, workers, &srv->ex) != TF_OK) {
+        tfd_log(TFD_LOG_ERROR, "cannot start the executor");
+        srv->backend.vt->close(&srv->backend);
+        return 1;
+    }
+
+    ensure_parent_dir(srv->opt.socket_path);
+    if (clear_stale_socket(srv->opt.socket_path) != 0) return 1;
+    uv_pipe_init(srv->loop, &srv->listener, 0);
+    srv->listener.data = srv;
+    int rc = uv_pipe_bind(&srv->listener, srv->opt.socket_path);
+    if (rc == 0) rc = uv_listen((uv_stream_t *)&srv->listener, 128, on_connection);
+    if (rc != 0) {
+        tfd_log(TFD_LOG_ERROR, "cannot listen on %s: %s", srv->opt.socket_path, uv_strerror(rc));
+        return 1;
+    }
+    chmod(srv->opt.socket_path, 0660);
+
+    uv_signal_init(srv->loop, &srv->sig_term);
+    uv_signal_init(srv->loop, &srv->sig_int);
+    srv->sig_term.data = srv->sig_int.data = srv;
+    uv_signal_start(&srv->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&srv->sig_int, on_signal, SIGINT);
+
+    tfd_log(TFD_LOG_INFO, "tenferrod %s serving %s on %s (%d worker%s, policy %s)",
+            TFD_VERSION_STRING, srv->backend.description, srv->opt.socket_path, workers,
+            workers == 1 ? "" : "s", srv->opt.policy == TFD_POLICY_WAIT ? "wait" : "reject");
+
+    uv_run(srv->loop, UV_RUN_DEFAULT);
+
+    srv->backend.vt->close(&srv->backend);
+    uv_loop_close(srv->loop);
+    tfd_log(TFD_LOG_INFO, "stopped");
+    return 0;
+}

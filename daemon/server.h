@@ -1,0 +1,182 @@
+/*
+ * The daemon's central state: options, the server (loop, listener, backend,
+ * executor, reservation table, connections, counters) and the per-connection
+ * record. Every module of the loop thread includes this header; the request
+ * handlers are declared here so dispatch.c can route to them by name.
+ */
+#ifndef TENFERRO_DAEMON_SERVER_H
+#define TENFERRO_DAEMON_SERVER_H
+
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "common/frame.h"
+#include "daemon/backend/backend.h"
+#include "daemon/executor.h"
+#include "daemon/reservation.h"
+#include "daemon/tensor-table.h"
+#include "tenferro/version.h"
+
+#define TFD_STR2_(x) #x
+#define TFD_STR_(x) TFD_STR2_(x)
+#define TFD_VERSION_STRING \
+    TFD_STR_(TF_VERSION_MAJOR) "." TFD_STR_(TF_VERSION_MINOR) "." TFD_STR_(TF_VERSION_PATCH)
+
+typedef struct tfd_options {
+    char socket_path[108];
+    char device[32];          /* "auto", "cpu", "cuda:N" */
+    int workers;              /* executor worker threads; 0 = one per core (at most 16) */
+    uint64_t max_frame_bytes;
+    tfd_policy policy;
+    uint64_t wait_deadline_ms; /* how long a queued opener waits under the wait policy */
+    int max_clients;
+    int log_level;
+} tfd_options;
+
+/* Daemon-wide counters kept by the loop thread; never attributed to a session. */
+#define TFD_COUNTER_LIST(X)   \
+    X(connections_accepted)   \
+    X(connections_refused)    \
+    X(connections_closed)     \
+    X(protocol_errors)        \
+    X(frames_received)        \
+    X(frames_sent)            \
+    X(batches)                \
+    X(ops_accepted)           \
+    X(ops_rejected)           \
+    X(sessions_opened)        \
+    X(sessions_closed)        \
+    X(sessions_released)      \
+    X(sessions_reclaimed)     \
+    X(scoped_roots)           \
+    X(admissions_contended)   \
+    X(admissions_reentered)   \
+    X(admissions_queued)      \
+    X(admissions_timed_out)   \
+    X(tensors_created)        \
+    X(tensors_freed)          \
+    X(bytes_uploaded)         \
+    X(bytes_downloaded)
+
+typedef struct tfd_counters {
+#define TFD_COUNTER_FIELD_(name) uint64_t name;
+    TFD_COUNTER_LIST(TFD_COUNTER_FIELD_)
+#undef TFD_COUNTER_FIELD_
+} tfd_counters;
+
+typedef struct tfd_conn tfd_conn;
+
+typedef struct tfd_server {
+    uv_loop_t *loop;
+    tfd_options opt;
+    uv_pipe_t listener;
+    uv_signal_t sig_term, sig_int;
+    tfd_backend backend;
+    tfd_executor *ex;
+    tfd_reservation res;
+    tfd_conn *conns;
+    int n_conns;
+    uint64_t next_client_id, next_session_id, next_batch_id;
+    uint64_t start_ms;
+    tfd_counters counters;
+    int stopping;
+} tfd_server;
+
+/* A request waiting for the execution domain (policy `wait`); freed when its timer closes. */
+typedef struct tfd_queued_request {
+    uv_timer_t timer; /* first: the timer's close callback frees the whole record */
+    tfd_waiter waiter;
+    tfd_conn *conn;
+    Tenferro__Frame *frame; /* the request, replayed when admitted */
+} tfd_queued_request;
+
+struct tfd_conn {
+    uv_pipe_t pipe; /* first: libuv handles point back to the connection */
+    tfd_server *srv;
+    tfd_conn *next, *prev;
+    uint64_t client_id;
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    char name[64];
+    int hello_done;
+    int closing;         /* no more frames are read or answered */
+    int pipe_closed;     /* libuv closed the pipe */
+    int stream_drained;  /* the final marker completed */
+
+    uint8_t *rbuf;
+    size_t rstart, rlen, rcap; /* unread bytes are rbuf[rstart .. rstart+rlen) */
+
+    tfd_tensor_table tensors;
+    tfd_stream *stream;
+    uint64_t session_id; /* held session, 0 if none */
+    int scoped_active;   /* a scoped root is between its first and final frame */
+    tfd_queued_request *queued; /* request waiting for the domain, or NULL */
+    int admitted_from_queue;    /* the replayed request was admitted while queued */
+    uint64_t admitted_session_id;
+};
+
+/* Monotonic milliseconds. */
+uint64_t tfd_now_ms(void);
+
+/* Server lifecycle (server.c). */
+int tfd_server_run(const tfd_options *opt);
+void tfd_server_begin_shutdown(tfd_server *srv);
+
+/* Connection plumbing (connection.c). */
+void tfd_conn_accept(tfd_server *srv);
+/* Encodes and queues a frame; closes the connection if it cannot be encoded. */
+void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame);
+/* Sends a Result frame answering request `seq`. */
+void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Reports a protocol error to the peer if possible and closes this connection only. */
+void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Starts closing: frees the connection's tensors, drains its stream, releases what it held. */
+void tfd_conn_close(tfd_conn *c);
+
+/* Dispatch (dispatch.c): routes one decoded frame to its handler; takes ownership of it. */
+void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame);
+
+/* Request handlers, one file each. A handler takes ownership of the frame. */
+void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_free(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_session_open(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_submit(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_session_release(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame);
+
+/* Admission (admission.c): the reservation table applied to connections. */
+/*
+ * Asks for the domain for a held open (held = 1, *session_id receives the new
+ * session's id) or a scoped root. Returns 1 when admitted: the caller goes on
+ * with the request. Returns 0 when the request was refused (answered here) or
+ * queued (the frame is kept and replayed through tfd_dispatch once admitted).
+ */
+int tfd_admission_request(tfd_conn *c, Tenferro__Frame *frame, int held, uint64_t *session_id);
+/* Releases c's reservation (if any) and admits queued requests in FIFO order. */
+void tfd_admission_release(tfd_conn *c);
+/* Withdraws c's queued request, if any, without answering it. */
+void tfd_admission_cancel(tfd_conn *c);
+
+/* Batches (batch.c): validates operations and enqueues them on the connection's stream. */
+typedef struct tfd_batch_result {
+    tf_status status;
+    int has_failed_index;
+    uint32_t failed_index;
+    uint64_t accepted;
+    uint64_t batch; /* id the executor reports failures of this batch under */
+    char message[512];
+} tfd_batch_result;
+void tfd_batch_enqueue(tfd_conn *c, Tenferro__Op **ops, size_t n_ops, tfd_batch_result *out);
+
+/* Enqueues a FREE item for a tensor already removed from the table. */
+void tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec);
+
+/* Queues a marker whose completion runs done(item) with item->done_arg. */
+tf_status tfd_conn_enqueue_marker(tfd_conn *c, tfd_item_done_fn done, void *arg);
+
+#endif

@@ -1,0 +1,46 @@
+/*
+ * The per-connection tensor table: handle id -> tensor record.
+ *
+ * Handles are chosen by the client, so the table is the only place a handle
+ * means anything: one connection's table never sees another connection's ids,
+ * which is what makes "a client can never name another client's tensor" true.
+ * Loop thread only. Also keeps the live byte count for status and quotas.
+ */
+#ifndef TENFERRO_DAEMON_TENSOR_TABLE_H
+#define TENFERRO_DAEMON_TENSOR_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/id-table.h"
+#include "common/ops.h"
+
+typedef struct tfd_tensor {
+    uint64_t id; /* first: the id-table key */
+    tf__meta meta;
+    void *data;  /* device memory */
+    size_t bytes;
+} tfd_tensor;
+
+typedef struct tfd_tensor_table {
+    tf__id_table map;
+    size_t count;
+    uint64_t bytes; /* sum of live tensors' bytes */
+} tfd_tensor_table;
+
+void tfd_tensor_table_init(tfd_tensor_table *t);
+void tfd_tensor_table_destroy(tfd_tensor_table *t);
+
+/* The record for id, or NULL. The pointer is valid until the next insert or remove. */
+tfd_tensor *tfd_tensor_table_find(tfd_tensor_table *t, uint64_t id);
+
+/* Inserts a copy of *rec (rec->id must not be present); -1 when out of memory. */
+int tfd_tensor_table_insert(tfd_tensor_table *t, const tfd_tensor *rec);
+
+/* Removes id, copying its record into *removed; -1 when absent. */
+int tfd_tensor_table_remove(tfd_tensor_table *t, uint64_t id, tfd_tensor *removed);
+
+/* Calls fn on every record; fn must not insert or remove. */
+void tfd_tensor_table_each(tfd_tensor_table *t, void (*fn)(tfd_tensor *rec, void *arg), void *arg);
+
+#endif

@@ -1,0 +1,12 @@
+/* libtenferro-client: the umbrella header. */
+#ifndef TENFERRO_TENFERRO_H
+#define TENFERRO_TENFERRO_H
+
+#include "tenferro/client.h"
+#include "tenferro/session.h"
+#include "tenferro/status.h"
+#include "tenferro/types.h"
+#include "tenferro/version.h"
+#include "tenferro/view.h"
+
+#endif
