@@ -1,0 +1,325 @@
+/* The integration-test harness (see harness.h). */
+#include <errno.h>
+#include <complex.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/integration/harness.h"
+
+const char *th_device(void) {
+    const char *d = getenv("TENFERRO_TEST_DEVICE");
+    return d && d[0] ? d : "cpu";
+}
+
+static const char *daemon_path(void) {
+    const char *p = getenv("TENFERRO_DAEMON");
+    return p && p[0] ? p : "build/tenferrod";
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int th_daemon_start(th_daemon *d, ...) {
+    static int counter;
+    memset(d, 0, sizeof *d);
+    snprintf(d->socket, sizeof d->socket, "/tmp/tf-test-%d-%d.sock", (int)getpid(), ++counter);
+    snprintf(d->log_path, sizeof d->log_path, "/tmp/tf-test-%d-%d.log", (int)getpid(), counter);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = daemon_path();
+    argv[n++] = "--socket";
+    argv[n++] = d->socket;
+    argv[n++] = "--device";
+    argv[n++] = th_device();
+    argv[n++] = "--log-level";
+    argv[n++] = "debug";
+    va_list ap;
+    va_start(ap, d);
+    const char *extra;
+    while ((extra = va_arg(ap, const char *)) != NULL && n < 31) argv[n++] = extra;
+    va_end(ap);
+    argv[n] = NULL;
+
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(127);
+        FILE *log = freopen(d->log_path, "w", stderr);
+        (void)log;
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    d->pid = pid;
+    for (int i = 0; i < 500; i++) {
+        int fd = th_raw_connect(d);
+        if (fd >= 0) {
+            close(fd);
+            return 0;
+        }
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            fprintf(stderr, "harness: tenferrod exited at start; log %s\n", d->log_path);
+            d->pid = 0;
+            return -1;
+        }
+        sleep_ms(10);
+    }
+    fprintf(stderr, "harness: tenferrod did not start listening; log %s\n", d->log_path);
+    return -1;
+}
+
+int th_daemon_stop(th_daemon *d) {
+    if (d->pid <= 0) return -1;
+    kill(d->pid, SIGTERM);
+    int rc = th_wait(d->pid);
+    d->pid = 0;
+    unlink(d->socket);
+    if (rc == 0) unlink(d->log_path);
+    return rc;
+}
+
+tf_client *th_connect(const th_daemon *d) {
+    tf_client *c = NULL;
+    tf_status st = tf_connect(d->socket, &c);
+    if (st != TF_OK) {
+        fprintf(stderr, "harness: tf_connect: %s: %s\n", tf_status_name(st), tf_client_last_error(c));
+        abort();
+    }
+    return c;
+}
+
+pid_t th_spawn(int (*fn)(void *arg), void *arg) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(fn(arg));
+    return pid;
+}
+
+int th_wait(pid_t pid) {
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return -1;
+    if (WIFEXITED(status)) return WEXITSTATUS(status);
+    if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+    return -1;
+}
+
+int th_raw_connect(const th_daemon *d) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", d->socket);
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int th_raw_send_bytes(int fd, const void *bytes, size_t len) {
+    const uint8_t *p = bytes;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int th_raw_send(int fd, Tenferro__Frame *frame) {
+    uint8_t *buf;
+    size_t len;
+    if (tf__frame_encode(frame, UINT32_MAX, &buf, &len) != TF_OK) return -1;
+    int rc = th_raw_send_bytes(fd, buf, len);
+    free(buf);
+    return rc;
+}
+
+/* Reads exactly len bytes, waiting at most timeout_ms overall. */
+static int read_exact(int fd, uint8_t *buf, size_t len, int timeout_ms) {
+    while (len > 0) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, timeout_ms) <= 0) return -1;
+        ssize_t n = recv(fd, buf, len, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+Tenferro__Frame *th_raw_recv(int fd, int timeout_ms) {
+    uint8_t header[4];
+    if (read_exact(fd, header, 4, timeout_ms) != 0) return NULL;
+    uint32_t len = tf__frame_peek_length(header);
+    uint8_t *body = malloc(len ? len : 1);
+    if (!body || read_exact(fd, body, len, timeout_ms) != 0) {
+        free(body);
+        return NULL;
+    }
+    Tenferro__Frame *f = tf__frame_decode(body, len);
+    free(body);
+    return f;
+}
+
+int th_raw_closed(int fd, int timeout_ms) {
+    uint8_t byte;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, timeout_ms) <= 0) return 0;
+        ssize_t n = recv(fd, &byte, 1, 0);
+        if (n == 0) return 1;
+        if (n < 0) return errno == ECONNRESET;
+        /* Skip whatever else the daemon sent before closing. */
+    }
+}
+
+Tenferro__Frame *th_raw_hello(int fd, uint32_t version) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Hello h = TENFERRO__HELLO__INIT;
+    h.protocol_version = version;
+    h.client_name = "raw-test";
+    f.seq = 1;
+    f.body_case = TENFERRO__FRAME__BODY_HELLO;
+    f.hello = &h;
+    if (th_raw_send(fd, &f) != 0) return NULL;
+    return th_raw_recv(fd, 5000);
+}
+
+/* Asks for the status report on a fresh raw connection. */
+static Tenferro__Frame *status_report(const th_daemon *d) {
+    int fd = th_raw_connect(d);
+    if (fd < 0) return NULL;
+    Tenferro__Frame *hello = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
+    tf__frame_free(hello);
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__StatusRequest body = TENFERRO__STATUS_REQUEST__INIT;
+    f.seq = 2;
+    f.body_case = TENFERRO__FRAME__BODY_STATUS_REQUEST;
+    f.status_request = &body;
+    Tenferro__Frame *reply = th_raw_send(fd, &f) == 0 ? th_raw_recv(fd, 5000) : NULL;
+    close(fd);
+    if (reply && reply->body_case != TENFERRO__FRAME__BODY_STATUS_REPLY) {
+        tf__frame_free(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+uint64_t th_counter(const th_daemon *d, const char *name) {
+    Tenferro__Frame *r = status_report(d);
+    if (!r) {
+        fprintf(stderr, "harness: no status report\n");
+        abort();
+    }
+    uint64_t value = UINT64_MAX;
+    for (size_t i = 0; i < r->status_reply->n_counters; i++)
+        if (strcmp(r->status_reply->counters[i]->name, name) == 0) value = r->status_reply->counters[i]->value;
+    tf__frame_free(r);
+    if (value == UINT64_MAX) {
+        fprintf(stderr, "harness: no counter named %s\n", name);
+        abort();
+    }
+    return value;
+}
+
+int th_wait_counter(const th_daemon *d, const char *name, uint64_t value, int timeout_ms) {
+    for (int waited = 0; waited <= timeout_ms; waited += 10) {
+        if (th_counter(d, name) == value) return 1;
+        sleep_ms(10);
+    }
+    return 0;
+}
+
+int th_client_count(const th_daemon *d) {
+    Tenferro__Frame *r = status_report(d);
+    if (!r) return -1;
+    /* The status request's own connection is listed too. */
+    int n = (int)r->status_reply->n_clients - 1;
+    tf__frame_free(r);
+    return n;
+}
+
+unsigned th_seed(void) {
+    static unsigned seed;
+    static int done;
+    if (!done) {
+        const char *env = getenv("TENFERRO_TEST_SEED");
+        seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)time(NULL) ^ (unsigned)getpid();
+        fprintf(stderr, "harness: random inputs from TENFERRO_TEST_SEED=%u\n", seed);
+        srand(seed);
+        done = 1;
+    }
+    return seed;
+}
+
+/* One random value in [-1,-0.1] U [0.1,1]. */
+static double signed_value(void) {
+    double m = 0.1 + 0.9 * ((double)rand() / RAND_MAX);
+    return (rand() & 1) ? m : -m;
+}
+
+/* Writes n reals or complexes produced by gen() into buf. */
+static void fill_with(tf_dtype dtype, size_t n, void *buf, double (*gen)(void)) {
+    th_seed();
+    for (size_t i = 0; i < n; i++) {
+        switch (dtype) {
+        case TF_F32: ((float *)buf)[i] = (float)gen(); break;
+        case TF_F64: ((double *)buf)[i] = gen(); break;
+        case TF_C64: ((float *)buf)[2 * i] = (float)gen(); ((float *)buf)[2 * i + 1] = (float)gen(); break;
+        case TF_C128: ((double *)buf)[2 * i] = gen(); ((double *)buf)[2 * i + 1] = gen(); break;
+        }
+    }
+}
+
+static double positive_value(void) { return 0.1 + 1.9 * ((double)rand() / RAND_MAX); }
+
+void th_fill_random(tf_dtype dtype, size_t n, void *buf) { fill_with(dtype, n, buf, signed_value); }
+void th_fill_positive(tf_dtype dtype, size_t n, void *buf) { fill_with(dtype, n, buf, positive_value); }
+
+double th_max_rel_diff(tf_dtype dtype, size_t n, const void *a, const void *b, double floor) {
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double diff, ref;
+        switch (dtype) {
+        case TF_F32: diff = fabs((double)((const float *)a)[i] - ((const float *)b)[i]); ref = fabs(((const float *)b)[i]); break;
+        case TF_F64: diff = fabs(((const double *)a)[i] - ((const double *)b)[i]); ref = fabs(((const double *)b)[i]); break;
+        case TF_C64: {
+            const float *x = a, *y = b;
+            diff = cabs((x[2 * i] - y[2 * i]) + I * (x[2 * i + 1] - y[2 * i + 1]));
+            ref = cabs(y[2 * i] + I * y[2 * i + 1]);
+            break;
+        }
+        case TF_C128: default: {
+            const double *x = a, *y = b;
+            diff = cabs((x[2 * i] - y[2 * i]) + I * (x[2 * i + 1] - y[2 * i + 1]));
+            ref = cabs(y[2 * i] + I * y[2 * i + 1]);
+            break;
+        }
+        }
+        if (isnan(diff)) return INFINITY;
+        double rel = diff / (ref > floor ? ref : floor);
+        if (rel > worst) worst = rel;
+    }
+    return worst;
+}
+
+double th_tolerance(tf_dtype dtype) { return (dtype == TF_F32 || dtype == TF_C64) ? 1e-5 : 1e-12; }
