@@ -61,6 +61,8 @@ CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)
 ifeq ($(HAVE_CUDA),1)
   CFLAGS_DAEMON_DEFS := -DTFD_HAVE_CUDA
   CUDA_OBJ := $(CUDA_CU_SRC:%.cu=$(BUILD)/obj/%.o)
+  # The CUDA backend's C files include the runtime and cuBLAS headers (-isystem: no -Werror there).
+  $(BUILD)/obj/daemon/backend/cuda-%.o: CFLAGS_DAEMON_DEFS += -isystem $(CUDA_HOME)/include
   ifeq ($(STATIC_DEPS),1)
     LIB_CUDA := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -l:libcudart_static.a -ldl -lrt -lstdc++
   else
@@ -119,7 +121,7 @@ $(BUILD)/obj/common/%.o: common/%.c $(PROTO_H)
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC -I. -Iinclude -I$(BUILD)/gen \
+	$(NVCC) -O3 -std=c++17 -Xcompiler -fPIC,-Wall,-Wextra -MMD -MP -I. -Iinclude -I$(BUILD)/gen \
 	  -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 -c $< -o $@
 
 # ---- products ----
@@ -151,6 +153,14 @@ $(BUILD)/tests/test-%: $(BUILD)/obj/tests/integration/test-%.o $(TEST_HARNESS) $
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(call obj,bench/bench-common.c) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
+
+# bench-held-chain also runs the daemon's CPU kernels in-process as its baseline,
+# so it links the CPU backend's objects (the common objects come with the library).
+CPU_BACKEND_OBJ := $(call obj,$(filter daemon/backend/backend.c daemon/backend/cpu-%,$(BACKEND_SRC)))
+$(BUILD)/bench/bench-held-chain: $(BUILD)/obj/bench/bench-held-chain.o $(call obj,bench/bench-common.c) \
+                                 $(CPU_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
 

@@ -1,7 +1,8 @@
 /*
  * Connecting, the handshake, and the blocking transport: whole frames out with
  * send(MSG_NOSIGNAL) so a vanished daemon is an error and never a SIGPIPE,
- * whole frames in with their sequence number checked. Any transport failure
+ * whole frames in with their sequence number checked, through a receive
+ * buffer so a small reply takes one recv. Any transport failure
  * marks the client broken: from then on every call is TF_ERR_DISCONNECTED.
  */
 #include <errno.h>
@@ -53,15 +54,34 @@ static tf_status write_all(tf_client *c, const uint8_t *buf, size_t len) {
     return TF_OK;
 }
 
-/* Reads exactly len bytes. */
-static tf_status read_all(tf_client *c, uint8_t *buf, size_t len) {
-    while (len > 0) {
-        ssize_t n = recv(c->fd, buf, len, 0);
+/* Smallest receive buffer: room for any ordinary reply and a few more arriving back to back. */
+#define RECV_MIN_BYTES ((size_t)64 << 10)
+
+/*
+ * Makes `need` unused bytes available at c->rbuf + c->rstart. Each recv takes
+ * as much as the socket holds, so a small reply costs one recv for header and
+ * body together; bytes of the next reply stay buffered for the next call.
+ */
+static tf_status fill(tf_client *c, size_t need) {
+    if (c->rlen >= need) return TF_OK;
+    if (c->rstart + need > c->rcap) {
+        if (c->rlen > 0) memmove(c->rbuf, c->rbuf + c->rstart, c->rlen);
+        c->rstart = 0;
+        if (need > c->rcap) {
+            size_t cap = need < RECV_MIN_BYTES ? RECV_MIN_BYTES : need;
+            uint8_t *p = realloc(c->rbuf, cap);
+            if (!p) return broken(c, "out of memory for a reply");
+            c->rbuf = p;
+            c->rcap = cap;
+        }
+    }
+    while (c->rlen < need) {
+        uint8_t *end = c->rbuf + c->rstart + c->rlen;
+        ssize_t n = recv(c->fd, end, c->rcap - c->rstart - c->rlen, 0);
         if (n < 0 && errno == EINTR) continue;
         if (n == 0) return broken(c, "the daemon closed the connection");
         if (n < 0) return broken(c, strerror(errno));
-        buf += n;
-        len -= (size_t)n;
+        c->rlen += (size_t)n;
     }
     return TF_OK;
 }
@@ -84,20 +104,17 @@ tf_status tf__send(tf_client *c, Tenferro__Frame *frame) {
 
 tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply) {
     if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
-    uint8_t header[TF__FRAME_HEADER_BYTES];
-    tf_status st = read_all(c, header, sizeof header);
+    tf_status st = fill(c, TF__FRAME_HEADER_BYTES);
     if (st != TF_OK) return st;
-    uint32_t len = tf__frame_peek_length(header);
+    uint32_t len = tf__frame_peek_length(c->rbuf + c->rstart);
     if (len > c->max_frame_bytes + 8192) return broken(c, "reply frame larger than the maximum");
-    if (len > c->rcap) {
-        uint8_t *p = realloc(c->rbuf, len);
-        if (!p) return broken(c, "out of memory for a reply");
-        c->rbuf = p;
-        c->rcap = len;
-    }
-    st = read_all(c, c->rbuf, len);
+    size_t total = TF__FRAME_HEADER_BYTES + (size_t)len;
+    st = fill(c, total);
     if (st != TF_OK) return st;
-    Tenferro__Frame *f = tf__frame_decode(c->rbuf, len);
+    Tenferro__Frame *f = tf__frame_decode(c->rbuf + c->rstart + TF__FRAME_HEADER_BYTES, len);
+    c->rstart += total;
+    c->rlen -= total;
+    if (c->rlen == 0) c->rstart = 0;
     if (!f) return broken(c, "a reply does not decode");
     if (f->seq == 0 && f->body_case == TENFERRO__FRAME__BODY_RESULT) {
         /* The daemon closes the connection after a protocol error and says why. */

@@ -53,8 +53,8 @@ struct tf_client {
     char last_error[512];
     int64_t failed_index;
 
-    uint8_t *rbuf; /* receive buffer, reused */
-    size_t rcap;
+    uint8_t *rbuf; /* receive buffer, reused; bytes [rstart, rstart + rlen) are read, not yet used */
+    size_t rcap, rstart, rlen;
 
     tf__id_table handles; /* of tf__handle */
     tf__queued_op *queue; /* operations of the active session not yet submitted */

@@ -11,6 +11,10 @@
 
 /* Largest number of operations carried in one Submit frame; longer queues travel in several. */
 #define OPS_PER_FRAME 65536
+/* Room kept in a Submit frame for its own fields (sequence number, session id, mode, nesting). */
+#define SUBMIT_FIELDS_BYTES 64
+/* Bytes an encoded operation adds to a frame beyond its own size: field tag and length prefix. */
+#define OP_FRAMING_BYTES 6
 
 /* After a submission: accepted outputs become live, the rest are forgotten. */
 static void settle_queue(tf_client *c, size_t accepted) {
@@ -51,9 +55,26 @@ static void encode_ops(tf_client *c, size_t from, size_t n, Tenferro__Op *ops, T
 }
 
 /*
- * Sends the queue in frames of at most OPS_PER_FRAME operations. Every frame
- * but the last goes as a plain enqueue (or a non-final scoped frame); the last
- * carries the caller's mode, so waiting and closing happen once, at the end.
+ * Encodes as many queued operations from `from` as one frame can carry (at
+ * most OPS_PER_FRAME, and within the daemon's frame maximum) and returns how many.
+ */
+static size_t encode_frame_ops(tf_client *c, size_t from, Tenferro__Op *ops, Tenferro__Op **ptrs) {
+    size_t budget = (size_t)c->max_frame_bytes - SUBMIT_FIELDS_BYTES, used = 0, n = 0;
+    while (from + n < c->n_queued && n < OPS_PER_FRAME) {
+        encode_ops(c, from + n, 1, &ops[n], &ptrs[n]);
+        size_t cost = tenferro__op__get_packed_size(&ops[n]) + OP_FRAMING_BYTES;
+        if (n > 0 && used + cost > budget) break;
+        used += cost;
+        n++;
+    }
+    return n;
+}
+
+/*
+ * Sends the queue in frames of at most OPS_PER_FRAME operations that each fit
+ * the daemon's frame maximum. Every frame but the last goes as a plain enqueue
+ * (or a non-final scoped frame); the last carries the caller's mode, so
+ * waiting and closing happen once, at the end.
  */
 tf_status tf__submit_queue(tf_client *c, uint64_t session_id, uint32_t mode, uint64_t *carried) {
     c->failed_index = -1;
@@ -69,7 +90,7 @@ tf_status tf__submit_queue(tf_client *c, uint64_t session_id, uint32_t mode, uin
     }
     tf_status st = TF_OK;
     do {
-        size_t n = total - sent < OPS_PER_FRAME ? total - sent : OPS_PER_FRAME;
+        size_t n = encode_frame_ops(c, sent, ops, ptrs);
         int last = sent + n == total;
         uint32_t frame_mode = mode;
         if (!last)
@@ -77,7 +98,6 @@ tf_status tf__submit_queue(tf_client *c, uint64_t session_id, uint32_t mode, uin
                           mode == TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL)
                              ? TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED
                              : TENFERRO__SUBMIT_MODE__SUBMIT_ENQUEUE;
-        encode_ops(c, sent, n, ops, ptrs);
         Tenferro__Frame req = TENFERRO__FRAME__INIT;
         Tenferro__Submit sub = TENFERRO__SUBMIT__INIT;
         sub.session_id = session_id;
@@ -254,6 +274,16 @@ tf_status tf_session_stats(const tf_session *s, tf_session_counters *stats) {
     return TF_OK;
 }
 
+/* Tells the daemon to drop session `id` of this client; no reply, ignored when it is not held. */
+static void send_release(tf_client *c, uint64_t id) {
+    Tenferro__Frame rel = TENFERRO__FRAME__INIT;
+    Tenferro__SessionRelease body = TENFERRO__SESSION_RELEASE__INIT;
+    body.session_id = id;
+    rel.body_case = TENFERRO__FRAME__BODY_SESSION_RELEASE;
+    rel.session_release = &body;
+    tf__send(c, &rel);
+}
+
 tf_status tf_session_close(tf_session *s, tf_session_counters *stats) {
     if (!s) return TF_ERR_INVALID_ARGUMENT;
     tf_client *c = s->client;
@@ -261,7 +291,20 @@ tf_status tf_session_close(tf_session *s, tf_session_counters *stats) {
         return tf__fail(c, TF_ERR_REENTERED, "close the session after its callback returns");
     s->stats.close_submits++;
     tf_status st = held_boundary(s, TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE);
-    if (st != TF_OK) s->stats.failed_submits++;
+    if (st != TF_OK) {
+        s->stats.failed_submits++;
+        /*
+         * The submission may have stopped before its closing frame reached the
+         * daemon (a frame that could not be sent, an earlier frame refused):
+         * release the reservation anyway, as promised, keeping the close's error.
+         */
+        if (!c->broken) {
+            char why[sizeof c->last_error];
+            memcpy(why, c->last_error, sizeof why);
+            send_release(c, s->id);
+            memcpy(c->last_error, why, sizeof why);
+        }
+    }
     if (stats) *stats = s->stats;
     c->held = NULL;
     free(s);

@@ -300,7 +300,8 @@ tf_status tf__infer_output(tf__op_kind kind, const tf__meta *in, int n_inputs,
         }
         out->dtype = in[0].dtype;
         out->rank = n_params;
-        memcpy(out->shape, params, sizeof(int64_t) * (size_t)n_params);
+        /* A reshape to rank 0 carries no parameters, and params may then be NULL. */
+        if (n_params > 0) memcpy(out->shape, params, sizeof(int64_t) * (size_t)n_params);
         if (tf__meta_numel(out) != tf__meta_numel(&in[0])) {
             char sa[128], sb[128];
             format_shape(&in[0], sa, sizeof sa);

@@ -23,7 +23,9 @@ struct tfd_stream {
     tfd_item *head, *tail;
     int scheduled; /* in the run queue or being served */
     int running;   /* a worker is executing items taken from it */
+    pthread_cond_t idle; /* signalled when a worker gives the stream up (scheduled drops to 0) */
     atomic_uint_fast64_t queued;
+    atomic_int cancelled; /* the owner is gone: skip work, keep frees and markers */
     /* Sticky failure, owned by whichever worker serves the stream. */
     tfd_item_outcome failure;
     tfd_stream *run_next;
@@ -166,6 +168,16 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
     tfd_backend *be = ex->be;
     char msg[256] = "";
     tf_status st = TF_OK;
+    if (atomic_load_explicit(&s->cancelled, memory_order_relaxed) && it->type != TFD_ITEM_FREE &&
+        it->type != TFD_ITEM_MARKER) {
+        if (it->type == TFD_ITEM_READ) {
+            it->outcome.status = TF_ERR_DISCONNECTED;
+            complete_item(s, it);
+            return;
+        }
+        tfd_item_free(it);
+        return;
+    }
     switch (it->type) {
     case TFD_ITEM_OP:
         if (s->failure.status != TF_OK) break;
@@ -243,6 +255,7 @@ static void serve_stream(tfd_executor *ex, tfd_stream *s) {
         pthread_mutex_unlock(&ex->lock);
     } else {
         s->scheduled = 0;
+        pthread_cond_broadcast(&s->idle);
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -329,13 +342,23 @@ tf_status tfd_stream_create(tfd_executor *ex, int priority, tfd_stream **out, ch
     }
     s->ex = ex;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->idle, NULL);
     *out = s;
     return TF_OK;
 }
 
 void tfd_stream_destroy(tfd_stream *s) {
     if (!s) return;
+    /*
+     * The last marker's callback can run on the loop before the worker that
+     * executed the marker has finished its bookkeeping on the stream; wait for
+     * it to let go (no device work is left, only that tail) before freeing.
+     */
+    pthread_mutex_lock(&s->lock);
+    while (s->scheduled) pthread_cond_wait(&s->idle, &s->lock);
+    pthread_mutex_unlock(&s->lock);
     s->ex->be->vt->stream_destroy(s->ex->be, s->native);
+    pthread_cond_destroy(&s->idle);
     pthread_mutex_destroy(&s->lock);
     free(s);
 }
@@ -343,6 +366,8 @@ void tfd_stream_destroy(tfd_stream *s) {
 void *tfd_stream_native(tfd_stream *s) { return s->native; }
 
 uint64_t tfd_stream_queued(tfd_stream *s) { return atomic_load(&s->queued); }
+
+void tfd_stream_cancel(tfd_stream *s) { atomic_store(&s->cancelled, 1); }
 
 int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome) {
     void *probe = NULL;

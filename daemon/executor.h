@@ -113,6 +113,13 @@ uint64_t tfd_stream_queued(tfd_stream *s);
  */
 int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome);
 
+/*
+ * Marks the stream's owner as gone: operations, writes and reads still queued
+ * are skipped (frees and markers still run), so a dead client's backlog does
+ * not delay the release of what it held.
+ */
+void tfd_stream_cancel(tfd_stream *s);
+
 /* Allocates a zeroed item; NULL when out of memory. */
 tfd_item *tfd_item_new(tfd_item_type type);
 

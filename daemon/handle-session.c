@@ -170,7 +170,8 @@ static void submit_scoped(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_batch_result r;
     tfd_batch_enqueue(c, sub->ops, sub->n_ops, &r);
     tf__frame_free(frame);
-    c->scoped_active = !final;
+    /* A failed batch ends the burst, so no root is left open that the client will never finish. */
+    c->scoped_active = !final && r.status == TF_OK;
     if (final && r.status == TF_OK) {
         reply_when_drained(c, seq, &r);
         return;

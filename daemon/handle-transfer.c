@@ -5,12 +5,14 @@
  * by every later operation and a download returns the value after everything
  * queued before it.
  */
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon/server.h"
 
-/* Creates the tensor an Upload announces, after checking its handle and shape. */
+/* Creates the tensor an Upload announces, after checking its handle, shape and carried write. */
 static tf_status create_tensor(tfd_conn *c, const Tenferro__Upload *up, char *msg, size_t len) {
     if (up->tensor == 0 || tfd_tensor_table_find(&c->tensors, up->tensor)) {
         snprintf(msg, len, "tensor handle %llu is zero or already in use on this connection",
@@ -28,6 +30,14 @@ static tf_status create_tensor(tfd_conn *c, const Tenferro__Upload *up, char *ms
     tf_status st = tf__check_new_meta(rec.meta.dtype, rec.meta.rank, rec.meta.shape, msg, len);
     if (st != TF_OK) return st;
     rec.bytes = tf__meta_bytes(&rec.meta);
+    /* A refused request changes nothing: check the write before the tensor exists. */
+    if (up->data.len > 0 && (up->offset > rec.bytes || up->data.len > rec.bytes - up->offset)) {
+        snprintf(msg, len,
+                 "write of %zu bytes at offset %llu does not fit the new tensor %llu (%zu bytes)",
+                 up->data.len, (unsigned long long)up->offset, (unsigned long long)up->tensor,
+                 rec.bytes);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
     st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
     if (st != TF_OK) return st;
     if (tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
@@ -45,7 +55,8 @@ void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
     char msg[256];
     tf_status st = TF_OK;
     if (up->create) st = create_tensor(c, up, msg, sizeof msg);
-    if (st == TF_OK && up->data.len > 0) {
+    /* A write names a live tensor and fits it, even an empty write (never a silent success). */
+    if (st == TF_OK && (up->data.len > 0 || !up->create)) {
         tfd_tensor *t = tfd_tensor_table_find(&c->tensors, up->tensor);
         if (!t) {
             snprintf(msg, sizeof msg, "tensor %llu is not live on this connection",
@@ -56,7 +67,7 @@ void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
                      up->data.len, (unsigned long long)up->offset, (unsigned long long)up->tensor,
                      t->bytes);
             st = TF_ERR_INVALID_ARGUMENT;
-        } else {
+        } else if (up->data.len > 0) {
             tfd_item *it = tfd_item_new(TFD_ITEM_WRITE);
             if (!it) {
                 snprintf(msg, sizeof msg, "out of host memory");
@@ -103,6 +114,27 @@ static void on_read_done(tfd_item *it) {
     tfd_item_free(it);
 }
 
+/* Refuses a Download with a DownloadReply carrying no data, as docs/protocol.md promises. */
+static void refuse_download(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void refuse_download(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt, ...) {
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    Tenferro__Frame out = TENFERRO__FRAME__INIT;
+    Tenferro__DownloadReply reply = TENFERRO__DOWNLOAD_REPLY__INIT;
+    Tenferro__Result result = TENFERRO__RESULT__INIT;
+    result.status = (uint32_t)status;
+    result.message = message;
+    reply.result = &result;
+    out.seq = seq;
+    out.body_case = TENFERRO__FRAME__BODY_DOWNLOAD_REPLY;
+    out.download_reply = &reply;
+    tfd_conn_send(c, &out);
+}
+
 void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
     Tenferro__Download *dl = frame->download;
     uint64_t seq = frame->seq;
@@ -110,21 +142,21 @@ void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
     tf__frame_free(frame);
     tfd_tensor *t = tfd_tensor_table_find(&c->tensors, id);
     if (!t) {
-        tfd_conn_reply(c, seq, TF_ERR_UNKNOWN_HANDLE, "tensor %llu is not live on this connection",
-                       (unsigned long long)id);
+        refuse_download(c, seq, TF_ERR_UNKNOWN_HANDLE, "tensor %llu is not live on this connection",
+                        (unsigned long long)id);
         return;
     }
     if (offset > t->bytes || length > t->bytes - offset) {
-        tfd_conn_reply(c, seq, TF_ERR_INVALID_ARGUMENT,
-                       "read of %llu bytes at offset %llu does not fit tensor %llu (%zu bytes)",
-                       (unsigned long long)length, (unsigned long long)offset,
-                       (unsigned long long)id, t->bytes);
+        refuse_download(c, seq, TF_ERR_INVALID_ARGUMENT,
+                        "read of %llu bytes at offset %llu does not fit tensor %llu (%zu bytes)",
+                        (unsigned long long)length, (unsigned long long)offset,
+                        (unsigned long long)id, t->bytes);
         return;
     }
     if (length > c->srv->opt.max_frame_bytes) {
-        tfd_conn_reply(c, seq, TF_ERR_INVALID_ARGUMENT,
-                       "read of %llu bytes exceeds the %llu-byte frame maximum: read in chunks",
-                       (unsigned long long)length, (unsigned long long)c->srv->opt.max_frame_bytes);
+        refuse_download(c, seq, TF_ERR_INVALID_ARGUMENT,
+                        "read of %llu bytes exceeds the %llu-byte frame maximum: read in chunks",
+                        (unsigned long long)length, (unsigned long long)c->srv->opt.max_frame_bytes);
         return;
     }
     tfd_item *it = tfd_item_new(TFD_ITEM_READ);
@@ -132,8 +164,8 @@ void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
     if (!it || !host) {
         free(it);
         free(host);
-        tfd_conn_reply(c, seq, TF_ERR_NO_MEMORY, "out of host memory for a %llu-byte read",
-                       (unsigned long long)length);
+        refuse_download(c, seq, TF_ERR_NO_MEMORY, "out of host memory for a %llu-byte read",
+                        (unsigned long long)length);
         return;
     }
     it->u.copy.device = (uint8_t *)t->data + offset;

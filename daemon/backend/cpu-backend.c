@@ -21,6 +21,13 @@
 /* Alignment and granularity of allocations: one cache line, enough for any SIMD load. */
 #define CPU_ALIGN ((size_t)64)
 
+/*
+ * Bytes of physical memory, read at open. A larger allocation could never be
+ * backed: it is refused typed rather than left to overcommit (and the OOM
+ * killer) or to a sanitizer's allocation limit, which would abort the daemon.
+ */
+static size_t physical_bytes = SIZE_MAX;
+
 /* A logical stream: CPU work needs no queue, but the executor expects a distinct handle. */
 typedef struct cpu_stream {
     tfd_backend *be;
@@ -47,6 +54,9 @@ static tf_status cpu_open(tfd_backend *be, int ordinal, char *msg, size_t msg_le
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
+    long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page_size > 0 && (size_t)pages <= SIZE_MAX / (size_t)page_size)
+        physical_bytes = (size_t)pages * (size_t)page_size;
     char version[64];
     openblas_version(version, sizeof version);
     be->ordinal = 0;
@@ -77,7 +87,7 @@ static tf_status cpu_alloc(tfd_backend *be, void *stream, size_t bytes, void **p
     (void)be;
     (void)stream;
     *ptr = NULL;
-    if (bytes > SIZE_MAX - (CPU_ALIGN - 1)) return TF_ERR_NO_MEMORY;
+    if (bytes > physical_bytes || bytes > SIZE_MAX - (CPU_ALIGN - 1)) return TF_ERR_NO_MEMORY;
     size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
     if (rounded < CPU_ALIGN) rounded = CPU_ALIGN;
     void *p = aligned_alloc(CPU_ALIGN, rounded);
