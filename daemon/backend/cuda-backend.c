@@ -1,0 +1,871 @@
+/*
+ * The CUDA backend: device life cycle, streams, stream-ordered memory, copies,
+ * completion events, and the validation and dispatch of the operation
+ * families (kernels in cuda-kernels.cu, matrix products in cuda-matmul.c).
+ *
+ * Everything is asynchronous on the logical stream's CUDA stream: operations
+ * are launches, copies are cudaMemcpyAsync, and memory comes from the
+ * device's default memory pool with cudaMallocAsync/cudaFreeAsync, its release
+ * threshold raised to the maximum so freed memory is kept for reuse instead of
+ * going back to the driver. The executor learns of completion through events:
+ * event_record records one after the work it covers, and the completion thread
+ * waits on it, which is where a kernel fault surfaces.
+ *
+ * Threads: the loop thread (stream_create/destroy, alloc), the workers (ops,
+ * copies, free, event_record) and the completion thread (event_wait/destroy)
+ * all call in, so every entry first makes the device current on its thread
+ * (cached per thread, so this costs one comparison after the first call).
+ * Streams (with their cuBLAS handle) and events are pooled: cublasDestroy
+ * synchronizes the whole device, which the loop thread must never wait for,
+ * and creating either costs far more than taking it from a list.
+ *
+ * Errors go through the check macros of cuda-check.h. A sticky error (a
+ * kernel fault) poisons the context for the rest of the process; from then on
+ * every entry fails fast with the first fault's message, and
+ * tfd_cuda_context_poisoned() tells the daemon to report and exit.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include "daemon/backend/cuda-backend.h"
+#include "daemon/backend/cuda-check.h"
+#include "daemon/backend/cuda-internal.h"
+#include "daemon/backend/cuda-kernels.h"
+#include "daemon/log.h"
+
+/* Smallest allocation handed out: a zero-byte tensor still gets a distinct, aligned pointer. */
+#define MIN_ALLOC ((size_t)256)
+/* Idle streams (each with a cuBLAS handle and its workspace) kept for the next connection. */
+#define STREAM_POOL_MAX 32
+/* Streams created at open, so the first clients do not pay for cublasCreate. */
+#define PREWARM_STREAMS 2
+/* Idle events kept for reuse. */
+#define EVENT_POOL_MAX 1024
+/* The oldest compute capability the kernels are built for (-gencode sm_90 in the Makefile). */
+#define MIN_CC_MAJOR 9
+
+/* The device state behind be->impl. */
+typedef struct cuda_impl {
+    int ordinal;
+    int sm_count;
+    int prio_least, prio_greatest; /* CUDA's range: lower numbers are more urgent */
+    cudaMemPool_t pool;
+    pthread_mutex_t lock; /* guards the two pools below */
+    tfd_cuda_stream *free_streams;
+    int n_free_streams;
+    cudaEvent_t free_events[EVENT_POOL_MAX];
+    int n_free_events;
+} cuda_impl;
+
+/* ---- errors ---- */
+
+static atomic_int poison_claimed;
+static atomic_int poisoned;
+static char poison_reason[512];
+
+int tfd_cuda_context_poisoned(void) { return atomic_load(&poisoned); }
+
+const char *tfd_cuda_poison_reason(void) { return atomic_load(&poisoned) ? poison_reason : ""; }
+
+/* Errors after which CUDA fails every later call in this process (the driver says "relaunch"). */
+static int is_sticky(cudaError_t e) {
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContained:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorMpsClientTerminated:
+    case cudaErrorExternalDevice:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Records the first sticky error; later ones only repeat what the first already said. */
+static void note_poison(const char *reason) {
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&poison_claimed, &expected, 1)) return;
+    snprintf(poison_reason, sizeof poison_reason, "%s", reason);
+    atomic_store(&poisoned, 1);
+    tfd_log(TFD_LOG_ERROR, "cuda: device fault, the CUDA context is unusable from now on: %s",
+            reason);
+}
+
+/* The file name without its directories, to keep messages inside the executor's 256 bytes. */
+static const char *base_name(const char *file) {
+    const char *slash = strrchr(file, '/');
+    return slash ? slash + 1 : file;
+}
+
+/* Out of memory and bad arguments keep their own status; everything else is the device's. */
+static tf_status status_of_cuda(cudaError_t e) {
+    switch (e) {
+    case cudaErrorMemoryAllocation:
+        return TF_ERR_NO_MEMORY;
+    case cudaErrorInvalidValue:
+    case cudaErrorInvalidConfiguration:
+    case cudaErrorInvalidPitchValue:
+    case cudaErrorInvalidMemcpyDirection:
+        return TF_ERR_INVALID_ARGUMENT;
+    default:
+        return TF_ERR_DEVICE;
+    }
+}
+
+tf_status tfd_cuda_fail(cudaError_t err, const char *call, const char *file, int line, char *msg,
+                        size_t msg_len) {
+    char text[512];
+    const int sticky = is_sticky(err);
+    snprintf(text, sizeof text, "%s failed at %s:%d: %s (%s)%s", call, base_name(file), line,
+             cudaGetErrorString(err), cudaGetErrorName(err),
+             sticky ? "; the CUDA context is now unusable: restart tenferrod" : "");
+    if (sticky)
+        note_poison(text);
+    else
+        (void)cudaGetLastError(); /* so a later launch check does not report this one again */
+    if (msg != NULL && msg_len > 0)
+        snprintf(msg, msg_len, "%s", text);
+    else
+        tfd_log(TFD_LOG_ERROR, "cuda: %s", text);
+    return sticky ? TF_ERR_DEVICE : status_of_cuda(err);
+}
+
+/* The same split for cuBLAS, where an unsupported configuration is its own status. */
+static tf_status status_of_cublas(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_ALLOC_FAILED:
+        return TF_ERR_NO_MEMORY;
+    case CUBLAS_STATUS_INVALID_VALUE:
+        return TF_ERR_INVALID_ARGUMENT;
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+        return TF_ERR_UNSUPPORTED;
+    default:
+        return TF_ERR_DEVICE;
+    }
+}
+
+tf_status tfd_cublas_fail(cublasStatus_t st, const char *call, const char *file, int line,
+                          char *msg, size_t msg_len) {
+    char text[512];
+    snprintf(text, sizeof text, "%s failed at %s:%d: %s (%s)", call, base_name(file), line,
+             cublasGetStatusString(st), cublasGetStatusName(st));
+    if (msg != NULL && msg_len > 0)
+        snprintf(msg, msg_len, "%s", text);
+    else
+        tfd_log(TFD_LOG_ERROR, "cuda: %s", text);
+    return status_of_cublas(st);
+}
+
+/* ---- the calling thread's device ---- */
+
+/* The device this thread last made current through enter(); -1 before its first call. */
+static _Thread_local int thread_device = -1;
+
+/*
+ * Prepares the calling thread for CUDA calls: refuses once the context is
+ * poisoned, makes the device current, and surfaces a sticky error left behind
+ * by earlier asynchronous work (non-sticky leftovers were already reported).
+ */
+static tf_status enter(const cuda_impl *impl, char *msg, size_t msg_len) {
+    if (atomic_load(&poisoned)) {
+        if (msg != NULL && msg_len > 0)
+            snprintf(msg, msg_len,
+                     "cuda: the CUDA context is unusable since an earlier device fault: %s",
+                     poison_reason);
+        return TF_ERR_DEVICE;
+    }
+    if (impl == NULL) {
+        if (msg != NULL && msg_len > 0) snprintf(msg, msg_len, "cuda: the backend is not open");
+        return TF_ERR_INTERNAL;
+    }
+    if (thread_device != impl->ordinal) {
+        TFD_CUDA_CHECK_RET(cudaSetDevice(impl->ordinal), msg, msg_len);
+        thread_device = impl->ordinal;
+    }
+    cudaError_t stale = cudaGetLastError();
+    if (stale != cudaSuccess && is_sticky(stale))
+        return tfd_cuda_fail(stale, "earlier asynchronous work", __FILE__, __LINE__, msg, msg_len);
+    return TF_OK;
+}
+
+/* Logs the reason of a failure that the vtable entry cannot hand back (no msg parameter). */
+static void log_failure(const char *what, tf_status st, const char *msg) {
+    tfd_log(st == TF_ERR_NO_MEMORY ? TFD_LOG_DEBUG : TFD_LOG_ERROR, "cuda: %s: %s (%s)", what, msg,
+            tf_status_name(st));
+}
+
+/* ---- device ---- */
+
+int tfd_cuda_device_count(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n > 0 ? n : 0;
+}
+
+/* Creates a CUDA stream of priority `prio` and a cuBLAS handle bound to it. */
+static tf_status new_stream(int prio, tfd_cuda_stream **out, char *msg, size_t msg_len) {
+    tf_status st = TF_OK;
+    tfd_cuda_stream *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        snprintf(msg, msg_len, "cuda: out of host memory creating a stream");
+        return TF_ERR_NO_MEMORY;
+    }
+    s->priority = prio;
+    TFD_CUDA_CHECK_GOTO(cudaStreamCreateWithPriority(&s->stream, cudaStreamNonBlocking, prio), st,
+                        msg, msg_len, fail);
+    TFD_CUBLAS_CHECK_GOTO(cublasCreate(&s->blas), st, msg, msg_len, fail);
+    TFD_CUBLAS_CHECK_GOTO(cublasSetStream(s->blas, s->stream), st, msg, msg_len, fail);
+    /* Full-precision products, as on the CPU: no TF32 unless a later option asks for it. */
+    TFD_CUBLAS_CHECK_GOTO(cublasSetMathMode(s->blas, CUBLAS_DEFAULT_MATH), st, msg, msg_len, fail);
+    *out = s;
+    return TF_OK;
+fail:
+    if (s->blas != NULL) (void)cublasDestroy(s->blas);
+    if (s->stream != NULL) (void)cudaStreamDestroy(s->stream);
+    free(s);
+    return st;
+}
+
+/* Destroys a stream for good; cublasDestroy synchronizes the device, so only close and overflow. */
+static void delete_stream(tfd_cuda_stream *s) {
+    cublasStatus_t bs = cublasDestroy(s->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        (void)tfd_cublas_fail(bs, "cublasDestroy(s->blas)", __FILE__, __LINE__, NULL, 0);
+    cudaError_t e = cudaStreamDestroy(s->stream);
+    if (e != cudaSuccess)
+        (void)tfd_cuda_fail(e, "cudaStreamDestroy(s->stream)", __FILE__, __LINE__, NULL, 0);
+    free(s);
+}
+
+/* Releases everything pooled; device calls only while the context is still usable. */
+static void drain_pools(cuda_impl *impl, int device_ok) {
+    while (impl->free_streams != NULL) {
+        tfd_cuda_stream *s = impl->free_streams;
+        impl->free_streams = s->next;
+        if (device_ok)
+            delete_stream(s);
+        else
+            free(s);
+    }
+    impl->n_free_streams = 0;
+    for (int i = 0; i < impl->n_free_events; i++)
+        if (device_ok) (void)cudaEventDestroy(impl->free_events[i]);
+    impl->n_free_events = 0;
+}
+
+/*
+ * Opens device `ordinal`: creates its primary context now (not at the first
+ * client's call), checks that the kernels can run on it, keeps the default
+ * memory pool's memory for reuse and warms a few streams.
+ */
+static tf_status cuda_open(tfd_backend *be, int ordinal, char *msg, size_t msg_len) {
+    tf_status st = TF_OK;
+    const int count = tfd_cuda_device_count();
+    if (ordinal < 0 || ordinal >= count) {
+        snprintf(msg, msg_len, "no CUDA device %d: %d CUDA device%s found; start with --device cpu",
+                 ordinal, count, count == 1 ? "" : "s");
+        return TF_ERR_DEVICE;
+    }
+    cuda_impl *impl = calloc(1, sizeof *impl);
+    if (impl == NULL) {
+        snprintf(msg, msg_len, "cuda: out of host memory opening cuda:%d", ordinal);
+        return TF_ERR_NO_MEMORY;
+    }
+    impl->ordinal = ordinal;
+    if (pthread_mutex_init(&impl->lock, NULL) != 0) {
+        free(impl);
+        snprintf(msg, msg_len, "cuda: cannot initialise a mutex");
+        return TF_ERR_INTERNAL;
+    }
+    TFD_CUDA_CHECK_GOTO(cudaSetDevice(ordinal), st, msg, msg_len, fail);
+    thread_device = ordinal;
+    TFD_CUDA_CHECK_GOTO(cudaFree(0), st, msg, msg_len, fail);
+
+    struct cudaDeviceProp prop;
+    TFD_CUDA_CHECK_GOTO(cudaGetDeviceProperties(&prop, ordinal), st, msg, msg_len, fail);
+    if (prop.major < MIN_CC_MAJOR) {
+        snprintf(msg, msg_len,
+                 "cuda:%d is a %.64s (sm_%d%d); this tenferrod's kernels are built for sm_90 and "
+                 "newer: start with --device cpu",
+                 ordinal, prop.name, prop.major, prop.minor);
+        st = TF_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    int pools_supported = 0;
+    TFD_CUDA_CHECK_GOTO(
+        cudaDeviceGetAttribute(&pools_supported, cudaDevAttrMemoryPoolsSupported, ordinal), st,
+        msg, msg_len, fail);
+    if (!pools_supported) {
+        snprintf(msg, msg_len,
+                 "cuda:%d does not support stream-ordered memory pools (cudaMallocAsync); start "
+                 "with --device cpu",
+                 ordinal);
+        st = TF_ERR_UNSUPPORTED;
+        goto fail;
+    }
+    TFD_CUDA_CHECK_GOTO(cudaDeviceGetDefaultMemPool(&impl->pool, ordinal), st, msg, msg_len, fail);
+    uint64_t threshold = UINT64_MAX;
+    TFD_CUDA_CHECK_GOTO(
+        cudaMemPoolSetAttribute(impl->pool, cudaMemPoolAttrReleaseThreshold, &threshold), st, msg,
+        msg_len, fail);
+    TFD_CUDA_CHECK_GOTO(cudaDeviceGetStreamPriorityRange(&impl->prio_least, &impl->prio_greatest),
+                        st, msg, msg_len, fail);
+    impl->sm_count = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+
+    for (int i = 0; i < PREWARM_STREAMS; i++) {
+        tfd_cuda_stream *s = NULL;
+        int prio = 0 < impl->prio_least ? impl->prio_least : 0;
+        if (prio < impl->prio_greatest) prio = impl->prio_greatest;
+        st = new_stream(prio, &s, msg, msg_len);
+        if (st != TF_OK) goto fail;
+        s->next = impl->free_streams;
+        impl->free_streams = s;
+        impl->n_free_streams++;
+    }
+
+    int driver = 0;
+    if (cudaDriverGetVersion(&driver) != cudaSuccess) {
+        (void)cudaGetLastError();
+        driver = 0;
+    }
+    snprintf(be->description, sizeof be->description,
+             "cuda:%d (%.96s, %llu GiB, sm_%d%d, driver %d.%d)", ordinal, prop.name,
+             (unsigned long long)(prop.totalGlobalMem >> 30), prop.major, prop.minor,
+             driver / 1000, (driver % 1000) / 10);
+    be->ordinal = ordinal;
+    be->impl = impl;
+    return TF_OK;
+
+fail:
+    drain_pools(impl, !atomic_load(&poisoned));
+    pthread_mutex_destroy(&impl->lock);
+    free(impl);
+    be->impl = NULL;
+    return st;
+}
+
+/* Waits for all device work, then releases the pooled streams and events. */
+static void cuda_close(tfd_backend *be) {
+    cuda_impl *impl = be->impl;
+    if (impl == NULL) return;
+    char msg[256];
+    tf_status st = enter(impl, msg, sizeof msg);
+    int device_ok = st == TF_OK;
+    if (device_ok) {
+        cudaError_t e = cudaDeviceSynchronize();
+        if (e != cudaSuccess) {
+            (void)tfd_cuda_fail(e, "cudaDeviceSynchronize()", __FILE__, __LINE__, NULL, 0);
+            device_ok = !atomic_load(&poisoned);
+        }
+    } else {
+        log_failure("close", st, msg);
+    }
+    pthread_mutex_lock(&impl->lock);
+    drain_pools(impl, device_ok);
+    pthread_mutex_unlock(&impl->lock);
+    pthread_mutex_destroy(&impl->lock);
+    free(impl);
+    be->impl = NULL;
+}
+
+/* ---- streams ---- */
+
+/* Clamps a requested priority into CUDA's range (lower is more urgent; 0 is the default). */
+static int clamp_priority(const cuda_impl *impl, int priority) {
+    if (priority < impl->prio_greatest) return impl->prio_greatest;
+    if (priority > impl->prio_least) return impl->prio_least;
+    return priority;
+}
+
+/* Takes a pooled stream of the same priority when there is one, else creates one. */
+static tf_status cuda_stream_create(tfd_backend *be, int priority, void **stream) {
+    cuda_impl *impl = be->impl;
+    char msg[256];
+    *stream = NULL;
+    tf_status st = enter(impl, msg, sizeof msg);
+    if (st != TF_OK) {
+        log_failure("stream_create", st, msg);
+        return st;
+    }
+    const int prio = clamp_priority(impl, priority);
+    tfd_cuda_stream *s = NULL;
+    pthread_mutex_lock(&impl->lock);
+    for (tfd_cuda_stream **link = &impl->free_streams; *link != NULL; link = &(*link)->next) {
+        if ((*link)->priority == prio) {
+            s = *link;
+            *link = s->next;
+            impl->n_free_streams--;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&impl->lock);
+    if (s == NULL) {
+        st = new_stream(prio, &s, msg, sizeof msg);
+        if (st != TF_OK) {
+            log_failure("stream_create", st, msg);
+            return st;
+        }
+    }
+    s->next = NULL;
+    *stream = s;
+    return TF_OK;
+}
+
+/*
+ * Returns an idle stream to the pool. The caller has waited for its last
+ * marker; anything enqueued after that (frees) simply runs before the next
+ * owner's work, which is what stream order means.
+ */
+static void cuda_stream_destroy(tfd_backend *be, void *stream) {
+    cuda_impl *impl = be->impl;
+    tfd_cuda_stream *s = stream;
+    if (s == NULL || impl == NULL) return;
+    pthread_mutex_lock(&impl->lock);
+    if (impl->n_free_streams < STREAM_POOL_MAX) {
+        s->next = impl->free_streams;
+        impl->free_streams = s;
+        impl->n_free_streams++;
+        s = NULL;
+    }
+    pthread_mutex_unlock(&impl->lock);
+    if (s == NULL) return;
+    char msg[256];
+    if (enter(impl, msg, sizeof msg) == TF_OK)
+        delete_stream(s);
+    else
+        free(s);
+}
+
+/* ---- memory ---- */
+
+/* Stream-ordered allocation from the device pool; usable by work enqueued on `stream` after it. */
+static tf_status cuda_alloc(tfd_backend *be, void *stream, size_t bytes, void **ptr) {
+    cuda_impl *impl = be->impl;
+    tfd_cuda_stream *s = stream;
+    char msg[256];
+    *ptr = NULL;
+    tf_status st = enter(impl, msg, sizeof msg);
+    if (st != TF_OK) goto fail;
+    if (bytes < MIN_ALLOC) bytes = MIN_ALLOC;
+    void *p = NULL;
+    if (s != NULL) {
+        TFD_CUDA_CHECK_GOTO(cudaMallocAsync(&p, bytes, s->stream), st, msg, sizeof msg, fail);
+    } else {
+        /* No stream to order on: allocate, then make the memory usable from every stream. */
+        TFD_CUDA_CHECK_GOTO(cudaMallocFromPoolAsync(&p, bytes, impl->pool, 0), st, msg,
+                            sizeof msg, fail);
+        cudaError_t e = cudaStreamSynchronize(0);
+        if (e != cudaSuccess) {
+            st = tfd_cuda_fail(e, "cudaStreamSynchronize(0)", __FILE__, __LINE__, msg, sizeof msg);
+            (void)cudaFree(p);
+            goto fail;
+        }
+    }
+    *ptr = p;
+    return TF_OK;
+fail:
+    log_failure("alloc", st, msg);
+    return st;
+}
+
+/* Stream-ordered free: the memory returns to the pool once the stream's earlier work is done. */
+static void cuda_free(tfd_backend *be, void *stream, void *ptr) {
+    cuda_impl *impl = be->impl;
+    tfd_cuda_stream *s = stream;
+    char msg[256];
+    if (ptr == NULL) return;
+    if (enter(impl, msg, sizeof msg) != TF_OK) return; /* a poisoned context frees nothing */
+    cudaError_t e = s != NULL ? cudaFreeAsync(ptr, s->stream) : cudaFree(ptr);
+    if (e != cudaSuccess)
+        (void)tfd_cuda_fail(e, s != NULL ? "cudaFreeAsync(ptr, s->stream)" : "cudaFree(ptr)",
+                            __FILE__, __LINE__, NULL, 0);
+}
+
+/*
+ * One asynchronous copy between host and device memory. With pageable host
+ * memory (the daemon's frames) CUDA stages the bytes: a host-to-device copy
+ * returns once the source has been read, and a device-to-host copy once the
+ * destination is written, so the executor's buffer handling stays correct.
+ */
+static tf_status cuda_copy(tfd_backend *be, void *stream, void *dst, const void *src, size_t bytes,
+                           enum cudaMemcpyKind kind, const char *what) {
+    cuda_impl *impl = be->impl;
+    tfd_cuda_stream *s = stream;
+    char msg[256];
+    if (bytes == 0) return TF_OK;
+    if (dst == NULL || src == NULL || s == NULL) {
+        tfd_log(TFD_LOG_ERROR, "cuda: %s of %zu bytes without a %s", what, bytes,
+                s == NULL ? "stream" : "buffer");
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    tf_status st = enter(impl, msg, sizeof msg);
+    if (st != TF_OK) goto fail;
+    TFD_CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, bytes, kind, s->stream), st, msg, sizeof msg,
+                        fail);
+    return TF_OK;
+fail:
+    log_failure(what, st, msg);
+    return st;
+}
+
+static tf_status cuda_copy_to_device(tfd_backend *be, void *stream, void *dst, const void *src,
+                                     size_t bytes) {
+    return cuda_copy(be, stream, dst, src, bytes, cudaMemcpyHostToDevice, "copy_to_device");
+}
+
+static tf_status cuda_copy_to_host(tfd_backend *be, void *stream, void *dst, const void *src,
+                                   size_t bytes) {
+    return cuda_copy(be, stream, dst, src, bytes, cudaMemcpyDeviceToHost, "copy_to_host");
+}
+
+/* ---- descriptor checks shared by the operation families ---- */
+
+static int served_dtype(tf_dtype d) {
+    return d == TF_F32 || d == TF_F64 || d == TF_C64 || d == TF_C128;
+}
+
+static int is_complex(tf_dtype d) { return d == TF_C64 || d == TF_C128; }
+
+/* The real dtype of the same precision (the output of abs). */
+static tf_dtype real_of(tf_dtype d) {
+    if (d == TF_C64) return TF_F32;
+    if (d == TF_C128) return TF_F64;
+    return d;
+}
+
+static tf_status dtype_error(const tfd_op *op, tf_dtype dtype, char *msg, size_t msg_len) {
+    snprintf(msg, msg_len, "cuda: %s is not served for dtype %s (%d)", tf__op_name(op->kind),
+             tf_dtype_name(dtype), (int)dtype);
+    return TF_ERR_DTYPE;
+}
+
+static tf_status inconsistent(const tfd_op *op, const char *why, char *msg, size_t msg_len) {
+    snprintf(msg, msg_len, "cuda: %s descriptor is inconsistent: %s", tf__op_name(op->kind), why);
+    return TF_ERR_INTERNAL;
+}
+
+/*
+ * Checks one tensor view before a kernel indexes memory with it: a served
+ * dtype, a rank in range, an element count that equals its shape's product,
+ * and a device pointer aligned to the element (a misaligned access would be a
+ * sticky fault that ends the whole context).
+ */
+static tf_status check_view(const tfd_op *op, const tfd_tensor_view *t, const char *name,
+                            char *msg, size_t msg_len) {
+    char why[96];
+    if (!served_dtype(t->dtype)) return dtype_error(op, t->dtype, msg, msg_len);
+    if (t->rank < 0 || t->rank > TF_MAX_RANK) {
+        snprintf(why, sizeof why, "%s has rank %d", name, t->rank);
+        return inconsistent(op, why, msg, msg_len);
+    }
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) {
+        if (t->shape[i] < 1 || __builtin_mul_overflow(n, t->shape[i], &n)) {
+            snprintf(why, sizeof why, "%s has dimension %lld on axis %d", name,
+                     (long long)t->shape[i], i);
+            return inconsistent(op, why, msg, msg_len);
+        }
+    }
+    if (n != t->numel || n > TF__MAX_ELEMENTS) {
+        snprintf(why, sizeof why, "%s holds %lld elements, its shape %lld", name,
+                 (long long)t->numel, (long long)n);
+        return inconsistent(op, why, msg, msg_len);
+    }
+    if (t->data == NULL || (uintptr_t)t->data % tf_dtype_size(t->dtype) != 0) {
+        snprintf(why, sizeof why, "%s has no device memory or a misaligned pointer", name);
+        return inconsistent(op, why, msg, msg_len);
+    }
+    return TF_OK;
+}
+
+/* Common start of every operation entry: device, stream, arity and the views' sanity. */
+static tf_status begin_op(tfd_backend *be, void *stream, const tfd_op *op, int arity, char *msg,
+                          size_t msg_len) {
+    tf_status st = enter(be->impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    if (stream == NULL) return inconsistent(op, "no stream", msg, msg_len);
+    if (op->n_inputs != arity) return inconsistent(op, "wrong number of inputs", msg, msg_len);
+    for (int i = 0; i < arity; i++) {
+        st = check_view(op, &op->in[i], i == 0 ? "input 0" : "input 1", msg, msg_len);
+        if (st != TF_OK) return st;
+    }
+    return check_view(op, &op->out, "the output", msg, msg_len);
+}
+
+/* Maps a launcher's result to a status naming the operation and dtype. */
+static tf_status launched(cudaError_t e, const char *launcher, const tfd_op *op, int line,
+                          char *msg, size_t msg_len) {
+    if (e == cudaSuccess) return TF_OK;
+    char call[128];
+    snprintf(call, sizeof call, "%s(%s, %s)", launcher, tf__op_name(op->kind),
+             tf_dtype_name(op->in[0].dtype));
+    return tfd_cuda_fail(e, call, __FILE__, line, msg, msg_len);
+}
+
+/* Calls a launcher on the stream with the device's SM count and checks what it reported. */
+#define LAUNCHED(launcher, impl, s, op, msg, msg_len)                                     \
+    launched(launcher((op), (impl)->sm_count, (s)->stream), #launcher, (op), __LINE__, (msg), \
+             (msg_len))
+
+/* ---- operation families ---- */
+
+/* add, sub, mul, div: two inputs and an output of one dtype and one element count. */
+static tf_status cuda_binary(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                             size_t msg_len) {
+    tf_status st = begin_op(be, stream, op, 2, msg, msg_len);
+    if (st != TF_OK) return st;
+    const tf_dtype dt = op->in[0].dtype;
+    if (op->in[1].dtype != dt || op->out.dtype != dt)
+        return inconsistent(op, "operand and output dtypes differ", msg, msg_len);
+    if (op->in[1].numel != op->in[0].numel || op->out.numel != op->in[0].numel)
+        return inconsistent(op, "operand and output sizes differ", msg, msg_len);
+    return LAUNCHED(tfd_cuda_launch_binary, (cuda_impl *)be->impl, (tfd_cuda_stream *)stream, op,
+                    msg, msg_len);
+}
+
+/* neg, conj, abs, exp, log, sqrt: abs of a complex dtype writes the real dtype. */
+static tf_status cuda_unary(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                            size_t msg_len) {
+    tf_status st = begin_op(be, stream, op, 1, msg, msg_len);
+    if (st != TF_OK) return st;
+    const tf_dtype dt = op->in[0].dtype;
+    const tf_dtype want = op->kind == TF__OP_ABS ? real_of(dt) : dt;
+    if (op->out.dtype != want)
+        return inconsistent(op, "the output dtype is not the one the operation makes", msg,
+                            msg_len);
+    if (op->out.numel != op->in[0].numel)
+        return inconsistent(op, "input and output sizes differ", msg, msg_len);
+    return LAUNCHED(tfd_cuda_launch_unary, (cuda_impl *)be->impl, (tfd_cuda_stream *)stream, op,
+                    msg, msg_len);
+}
+
+/* scale (one input) and axpby (two) with complex coefficients; real dtypes use .re only. */
+static tf_status cuda_axpby(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                            size_t msg_len) {
+    const int arity = op->kind == TF__OP_AXPBY ? 2 : 1;
+    tf_status st = begin_op(be, stream, op, arity, msg, msg_len);
+    if (st != TF_OK) return st;
+    const tf_dtype dt = op->in[0].dtype;
+    if (op->out.dtype != dt || (arity == 2 && op->in[1].dtype != dt))
+        return inconsistent(op, "operand and output dtypes differ", msg, msg_len);
+    if (op->out.numel != op->in[0].numel || (arity == 2 && op->in[1].numel != op->in[0].numel))
+        return inconsistent(op, "operand and output sizes differ", msg, msg_len);
+    return LAUNCHED(tfd_cuda_launch_axpby, (cuda_impl *)be->impl, (tfd_cuda_stream *)stream, op,
+                    msg, msg_len);
+}
+
+/* permute gathers; reshape and copy keep row-major order and are one device-to-device copy. */
+static tf_status cuda_permute(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                              size_t msg_len) {
+    tf_status st = begin_op(be, stream, op, 1, msg, msg_len);
+    if (st != TF_OK) return st;
+    const tfd_tensor_view *in = &op->in[0];
+    if (op->out.dtype != in->dtype || op->out.numel != in->numel)
+        return inconsistent(op, "input and output differ in dtype or size", msg, msg_len);
+    tfd_cuda_stream *s = stream;
+    switch (op->kind) {
+    case TF__OP_PERMUTE: {
+        const int r = in->rank;
+        if (op->n_params != r || op->out.rank != r) {
+            snprintf(msg, msg_len, "cuda: permute of rank %d got %d axes (output rank %d)", r,
+                     op->n_params, op->out.rank);
+            return TF_ERR_AXIS;
+        }
+        unsigned seen = 0;
+        for (int i = 0; i < r; i++) {
+            const int64_t p = op->params[i];
+            if (p < 0 || p >= r || (seen & (1u << p))) {
+                snprintf(msg, msg_len, "cuda: permute axis %lld is out of range or repeated",
+                         (long long)p);
+                return TF_ERR_AXIS;
+            }
+            seen |= 1u << p;
+            if (op->out.shape[i] != in->shape[p])
+                return inconsistent(op, "the output shape is not the permuted input shape", msg,
+                                    msg_len);
+        }
+        return LAUNCHED(tfd_cuda_launch_permute, (cuda_impl *)be->impl, s, op, msg, msg_len);
+    }
+    case TF__OP_RESHAPE:
+    case TF__OP_COPY: {
+        const size_t bytes = (size_t)in->numel * tf_dtype_size(in->dtype);
+        TFD_CUDA_CHECK_RET(cudaMemcpyAsync(op->out.data, in->data, bytes,
+                                           cudaMemcpyDeviceToDevice, s->stream),
+                           msg, msg_len);
+        return TF_OK;
+    }
+    default:
+        snprintf(msg, msg_len, "cuda: %s is not a layout operation", tf__op_name(op->kind));
+        return TF_ERR_INTERNAL;
+    }
+}
+
+/* sum (every dtype), max and min (real only) over the given axes, or all when none are given. */
+static tf_status cuda_reduce(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                             size_t msg_len) {
+    tf_status st = begin_op(be, stream, op, 1, msg, msg_len);
+    if (st != TF_OK) return st;
+    const tfd_tensor_view *in = &op->in[0];
+    const tf_dtype dt = in->dtype;
+    if (op->kind != TF__OP_REDUCE_SUM && op->kind != TF__OP_REDUCE_MAX &&
+        op->kind != TF__OP_REDUCE_MIN) {
+        snprintf(msg, msg_len, "cuda: %s is not a reduction", tf__op_name(op->kind));
+        return TF_ERR_INTERNAL;
+    }
+    if (op->kind != TF__OP_REDUCE_SUM && is_complex(dt)) {
+        snprintf(msg, msg_len,
+                 "cuda: %s of %s: complex numbers have no order; served for f32 and f64 only",
+                 tf__op_name(op->kind), tf_dtype_name(dt));
+        return TF_ERR_DTYPE;
+    }
+    if (op->out.dtype != dt) return inconsistent(op, "the output dtype differs", msg, msg_len);
+    if (op->n_params < 0 || op->n_params > in->rank) {
+        snprintf(msg, msg_len, "cuda: %s of rank %d got %d axes", tf__op_name(op->kind),
+                 in->rank, op->n_params);
+        return TF_ERR_AXIS;
+    }
+    unsigned reduced = op->n_params == 0 ? (1u << in->rank) - 1u : 0u;
+    for (int i = 0; i < op->n_params; i++) {
+        const int64_t ax = op->params[i];
+        if (ax < 0 || ax >= in->rank || (reduced & (1u << ax))) {
+            snprintf(msg, msg_len, "cuda: %s axis %lld is out of range or repeated",
+                     tf__op_name(op->kind), (long long)ax);
+            return TF_ERR_AXIS;
+        }
+        reduced |= 1u << ax;
+    }
+    int64_t kept = 1;
+    for (int ax = 0; ax < in->rank; ax++)
+        if (!(reduced & (1u << ax))) kept *= in->shape[ax];
+    if (kept != op->out.numel) {
+        snprintf(msg, msg_len, "cuda: %s output holds %lld elements, the reduction makes %lld",
+                 tf__op_name(op->kind), (long long)op->out.numel, (long long)kept);
+        return TF_ERR_SHAPE;
+    }
+    return LAUNCHED(tfd_cuda_launch_reduce, (cuda_impl *)be->impl, (tfd_cuda_stream *)stream, op,
+                    msg, msg_len);
+}
+
+/* Matrix products go through the stream's cuBLAS handle (cuda-matmul.c). */
+static tf_status cuda_matmul(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                             size_t msg_len) {
+    tf_status st = begin_op(be, stream, op, 2, msg, msg_len);
+    if (st != TF_OK) return st;
+    return tfd_cuda_matmul(stream, op, msg, msg_len);
+}
+
+/* ---- completion ---- */
+
+/*
+ * Records an event after everything enqueued on the stream so far. If that
+ * fails, the stream is synchronized instead, so that the NULL event handed
+ * back still means "complete" as the vtable promises.
+ */
+static tf_status cuda_event_record(tfd_backend *be, void *stream, void **event, char *msg,
+                                   size_t msg_len) {
+    cuda_impl *impl = be->impl;
+    tfd_cuda_stream *s = stream;
+    cudaEvent_t ev = NULL;
+    *event = NULL;
+    tf_status st = enter(impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    if (s == NULL) {
+        snprintf(msg, msg_len, "cuda: event_record without a stream");
+        return TF_ERR_INTERNAL;
+    }
+    pthread_mutex_lock(&impl->lock);
+    if (impl->n_free_events > 0) ev = impl->free_events[--impl->n_free_events];
+    pthread_mutex_unlock(&impl->lock);
+    if (ev == NULL)
+        TFD_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), st, msg,
+                            msg_len, sync_instead);
+    TFD_CUDA_CHECK_GOTO(cudaEventRecord(ev, s->stream), st, msg, msg_len, record_failed);
+    *event = ev;
+    return TF_OK;
+
+record_failed:
+    (void)cudaEventDestroy(ev);
+sync_instead:
+    if (!atomic_load(&poisoned)) {
+        cudaError_t e = cudaStreamSynchronize(s->stream);
+        if (e != cudaSuccess)
+            (void)tfd_cuda_fail(e, "cudaStreamSynchronize(s->stream)", __FILE__, __LINE__, NULL,
+                                0);
+    }
+    return st;
+}
+
+/* Blocks the completion thread until the event's work is done; a kernel fault surfaces here. */
+static tf_status cuda_event_wait(tfd_backend *be, void *event, char *msg, size_t msg_len) {
+    if (event == NULL) return TF_OK;
+    tf_status st = enter(be->impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    cudaError_t e = cudaEventSynchronize((cudaEvent_t)event);
+    if (e != cudaSuccess) {
+        (void)tfd_cuda_fail(e, "cudaEventSynchronize(event)", __FILE__, __LINE__, msg, msg_len);
+        return TF_ERR_DEVICE; /* whatever it was, it happened to queued device work */
+    }
+    return TF_OK;
+}
+
+/* Returns a waited-for event to the pool (or destroys it once the pool is full). */
+static void cuda_event_destroy(tfd_backend *be, void *event) {
+    cuda_impl *impl = be->impl;
+    if (event == NULL || impl == NULL) return;
+    int pooled = 0;
+    pthread_mutex_lock(&impl->lock);
+    if (impl->n_free_events < EVENT_POOL_MAX) {
+        impl->free_events[impl->n_free_events++] = (cudaEvent_t)event;
+        pooled = 1;
+    }
+    pthread_mutex_unlock(&impl->lock);
+    if (pooled) return;
+    char msg[256];
+    if (enter(impl, msg, sizeof msg) != TF_OK) return;
+    cudaError_t e = cudaEventDestroy((cudaEvent_t)event);
+    if (e != cudaSuccess)
+        (void)tfd_cuda_fail(e, "cudaEventDestroy(event)", __FILE__, __LINE__, NULL, 0);
+}
+
+const tfd_backend_vtable tfd_cuda_backend = {
+    .name = "cuda",
+    .open = cuda_open,
+    .close = cuda_close,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy_to_device = cuda_copy_to_device,
+    .copy_to_host = cuda_copy_to_host,
+    .binary = cuda_binary,
+    .unary = cuda_unary,
+    .axpby = cuda_axpby,
+    .permute = cuda_permute,
+    .reduce = cuda_reduce,
+    .matmul = cuda_matmul,
+    .event_record = cuda_event_record,
+    .event_wait = cuda_event_wait,
+    .event_destroy = cuda_event_destroy,
+};

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Runs every benchmark of a build against a private CPU tenferrod.
+#
+#   scripts/bench.sh <build-dir>
+#
+# Starts <build-dir>/tenferrod --device cpu on a socket under /tmp, waits until
+# it answers `tenferroctl status`, runs each <build-dir>/bench/* binary with the
+# socket path as its argument, then stops the daemon with SIGTERM and checks
+# that it exited 0. BENCH lines go to stdout; every other line starts with '#'.
+# Exits non-zero when a benchmark failed (functionally: timings never fail) or
+# the daemon did not start or stop cleanly.
+set -u
+
+build=${1:?usage: scripts/bench.sh <build-dir>}
+daemon="$build/tenferrod"
+ctl="$build/tenferroctl"
+for f in "$daemon" "$ctl"; do
+    [ -x "$f" ] || { echo "bench.sh: $f is missing: build first (make BUILD=$build all)" >&2; exit 2; }
+done
+
+cpu_model=$(sed -n 's/^model name[[:space:]]*:[[:space:]]*//p' /proc/cpuinfo | head -n 1)
+echo "# machine: $(nproc) cpus, ${cpu_model:-unknown cpu}, $(uname -sr)"
+echo "# date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+echo "# build: $build, device cpu"
+
+workdir=$(mktemp -d /tmp/tf-bench-XXXXXX)
+socket="$workdir/tenferrod.sock"
+log="$workdir/tenferrod.log"
+pid=
+cleanup() {
+    if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi
+    rm -rf "$workdir"
+}
+trap cleanup EXIT
+
+"$daemon" --device cpu --socket "$socket" 2>"$log" &
+pid=$!
+
+ready=0
+for _ in $(seq 1 500); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+        echo "bench.sh: tenferrod exited at start:" >&2; cat "$log" >&2; exit 1
+    fi
+    if [ -S "$socket" ] && "$ctl" --socket "$socket" status >/dev/null 2>&1; then ready=1; break; fi
+    sleep 0.01
+done
+if [ "$ready" != 1 ]; then
+    echo "bench.sh: tenferrod did not answer on $socket:" >&2; cat "$log" >&2; exit 1
+fi
+echo "# daemon: $("$ctl" --socket "$socket" status | sed -n 's/^device:[[:space:]]*//p')"
+
+failed=0
+for b in "$build"/bench/*; do
+    if [ ! -f "$b" ] || [ ! -x "$b" ]; then continue; fi
+    echo "# running $(basename "$b")"
+    if ! "$b" "$socket"; then
+        echo "bench.sh: $(basename "$b") FAILED" >&2
+        failed=1
+    fi
+done
+
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+pid=
+if [ "$rc" != 0 ]; then
+    echo "bench.sh: tenferrod exited with status $rc after SIGTERM:" >&2; cat "$log" >&2
+    failed=1
+fi
+[ "$failed" = 0 ] || exit 1
+echo "# all benchmarks ran; tenferrod stopped cleanly"
