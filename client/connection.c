@@ -58,6 +58,14 @@ static tf_status write_all(tf_client *c, const uint8_t *buf, size_t len) {
 #define RECV_MIN_BYTES ((size_t)64 << 10)
 
 /*
+ * Non-blocking receive attempts before a blocking one (each about 0.3 µs, so
+ * at most ~60 µs of polling): a reply that arrives within that time costs the
+ * client no sleep and wake-up. Measured on the CPU build machine, this brings
+ * an empty scoped session from ~1.4x to ~1.1x a raw socket round trip.
+ */
+#define RECV_SPIN_TRIES 200
+
+/*
  * Makes `need` unused bytes available at c->rbuf + c->rstart. Each recv takes
  * as much as the socket holds, so a small reply costs one recv for header and
  * body together; bytes of the next reply stay buffered for the next call.
@@ -75,9 +83,15 @@ static tf_status fill(tf_client *c, size_t need) {
             c->rcap = cap;
         }
     }
+    int spins = RECV_SPIN_TRIES;
     while (c->rlen < need) {
         uint8_t *end = c->rbuf + c->rstart + c->rlen;
-        ssize_t n = recv(c->fd, end, c->rcap - c->rstart - c->rlen, 0);
+        /* Poll briefly before sleeping: a reply that is microseconds away costs no wake-up. */
+        ssize_t n = recv(c->fd, end, c->rcap - c->rstart - c->rlen, spins > 0 ? MSG_DONTWAIT : 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && spins > 0) {
+            spins--;
+            continue;
+        }
         if (n < 0 && errno == EINTR) continue;
         if (n == 0) return broken(c, "the daemon closed the connection");
         if (n < 0) return broken(c, strerror(errno));
