@@ -94,6 +94,9 @@ ifneq ($(STATIC_DEPS),1)
   TARGETS += $(BUILD)/libtenferro-client.so
 endif
 
+# Keep intermediate objects (tests and benches are built through chained rules).
+.SECONDARY:
+
 .PHONY: all deps check test test-unit test-integration demo bench install clean
 all: $(TARGETS)
 

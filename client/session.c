@@ -184,6 +184,16 @@ tf_status tf__scoped_flush(tf_client *c) {
 
 /* ---- held sessions ---- */
 
+/* Tells the daemon to drop session `id` of this client; no reply, ignored when it is not held. */
+static void send_release(tf_client *c, uint64_t id) {
+    Tenferro__Frame rel = TENFERRO__FRAME__INIT;
+    Tenferro__SessionRelease body = TENFERRO__SESSION_RELEASE__INIT;
+    body.session_id = id;
+    rel.body_case = TENFERRO__FRAME__BODY_SESSION_RELEASE;
+    rel.session_release = &body;
+    tf__send(c, &rel);
+}
+
 tf_status tf_session_open(tf_client *c, tf_session **out) {
     if (!c || !out) return TF_ERR_INVALID_ARGUMENT;
     *out = NULL;
@@ -211,12 +221,7 @@ tf_status tf_session_open(tf_client *c, tf_session **out) {
     tf_session *s = calloc(1, sizeof *s);
     if (!s) {
         /* Give the reservation back rather than hold it with no handle to release it. */
-        Tenferro__Frame rel = TENFERRO__FRAME__INIT;
-        Tenferro__SessionRelease body = TENFERRO__SESSION_RELEASE__INIT;
-        body.session_id = id;
-        rel.body_case = TENFERRO__FRAME__BODY_SESSION_RELEASE;
-        rel.session_release = &body;
-        tf__send(c, &rel);
+        send_release(c, id);
         return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory");
     }
     s->client = c;
@@ -274,16 +279,6 @@ tf_status tf_session_stats(const tf_session *s, tf_session_counters *stats) {
     return TF_OK;
 }
 
-/* Tells the daemon to drop session `id` of this client; no reply, ignored when it is not held. */
-static void send_release(tf_client *c, uint64_t id) {
-    Tenferro__Frame rel = TENFERRO__FRAME__INIT;
-    Tenferro__SessionRelease body = TENFERRO__SESSION_RELEASE__INIT;
-    body.session_id = id;
-    rel.body_case = TENFERRO__FRAME__BODY_SESSION_RELEASE;
-    rel.session_release = &body;
-    tf__send(c, &rel);
-}
-
 tf_status tf_session_close(tf_session *s, tf_session_counters *stats) {
     if (!s) return TF_ERR_INVALID_ARGUMENT;
     tf_client *c = s->client;
@@ -315,14 +310,8 @@ void tf_session_release(tf_session *s) {
     if (!s) return;
     tf_client *c = s->client;
     tf__discard_queue(c);
-    if (!c->broken) {
-        Tenferro__Frame rel = TENFERRO__FRAME__INIT;
-        Tenferro__SessionRelease body = TENFERRO__SESSION_RELEASE__INIT;
-        body.session_id = s->id;
-        rel.body_case = TENFERRO__FRAME__BODY_SESSION_RELEASE;
-        rel.session_release = &body;
-        tf__send(c, &rel); /* no reply; a failure here means the daemon already reclaimed it */
-    }
+    /* No reply; if the connection is gone the daemon has already reclaimed the session. */
+    if (!c->broken) send_release(c, s->id);
     c->held = NULL;
     free(s);
 }
