@@ -44,6 +44,9 @@ static int cmd_status(tf_client *c) {
     printf("version:  tenferrod %s, up ", s->daemon_version);
     print_age(s->uptime_ms);
     printf(", reservation policy %s\n", s->policy);
+    if (s->device_error && s->device_error[0])
+        printf("DEVICE LOST: %s (tenferrod is exiting for its service manager to restart it)\n",
+               s->device_error);
 
     printf("\nclients (%zu):\n", s->n_clients);
     printf("  %-6s %-8s %-6s %-20s %8s %12s %8s %s\n", "id", "pid", "uid", "name", "tensors",

@@ -49,6 +49,10 @@ struct tfd_executor {
     int event_stopping;
     pthread_t event_thread;
 
+    void (*device_lost)(void *arg, const char *reason);
+    void *device_lost_arg;
+    int device_lost_reported;
+
     pthread_mutex_t done_lock; /* completed items for the loop */
     tfd_item *done_head, *done_tail;
     uv_async_t done_async;
@@ -89,11 +93,26 @@ static void on_done_async(uv_async_t *h) {
     tfd_item *it = ex->done_head;
     ex->done_head = ex->done_tail = NULL;
     pthread_mutex_unlock(&ex->done_lock);
+    int failed = 0;
     while (it) {
         tfd_item *next = it->next;
+        failed |= it->outcome.status != TF_OK;
         it->done(it);
         it = next;
     }
+    /* A failure may mean the device itself is gone: ask the backend once per failure seen. */
+    char reason[512];
+    if (failed && !ex->device_lost_reported && ex->device_lost && ex->be->vt->health &&
+        ex->be->vt->health(ex->be, reason, sizeof reason) != TF_OK) {
+        ex->device_lost_reported = 1;
+        ex->device_lost(ex->device_lost_arg, reason);
+    }
+}
+
+void tfd_executor_on_device_lost(tfd_executor *ex, void (*fn)(void *arg, const char *reason),
+                                 void *arg) {
+    ex->device_lost = fn;
+    ex->device_lost_arg = arg;
 }
 
 /* Completion thread: waits on each recorded event in order, then posts the item. */

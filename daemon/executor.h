@@ -86,6 +86,13 @@ typedef struct tfd_executor_counters {
 /* Starts `workers` worker threads and one completion thread on backend `be`. */
 tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_executor **out);
 
+/*
+ * Registers what to call (on the loop thread, once) when the backend reports
+ * that the device can no longer be trusted.
+ */
+void tfd_executor_on_device_lost(tfd_executor *ex, void (*fn)(void *arg, const char *reason),
+                                 void *arg);
+
 /* Stops the threads after they finish what is queued; streams must be destroyed first. */
 void tfd_executor_stop(tfd_executor *ex);
 

@@ -97,6 +97,7 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
     reply.n_counters = m;
     reply.counters = counter_ptrs;
     reply.policy = srv->opt.policy == TFD_POLICY_WAIT ? "wait" : "reject";
+    reply.device_error = srv->device_error;
 
     Tenferro__Frame out = TENFERRO__FRAME__INIT;
     out.seq = seq;

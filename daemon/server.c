@@ -74,6 +74,37 @@ static int clear_stale_socket(const char *path) {
     return 0;
 }
 
+/* A shutdown after the device was lost must not hang on a device that no longer answers. */
+static void on_watchdog(uv_timer_t *t) {
+    tfd_server *srv = t->data;
+    tfd_log(TFD_LOG_ERROR, "shutdown did not finish in time after the device was lost; exiting");
+    _exit(srv->exit_code ? srv->exit_code : 1);
+}
+
+/*
+ * The backend says the device can no longer be trusted (a CUDA context
+ * poisoned by a kernel fault): tell every client why, show it in the status,
+ * and exit non-zero so the service manager restarts the daemon, rather than
+ * serving garbage.
+ */
+static void on_device_lost(void *arg, const char *reason) {
+    tfd_server *srv = arg;
+    snprintf(srv->device_error, sizeof srv->device_error, "%s", reason);
+    srv->exit_code = 1;
+    tfd_log(TFD_LOG_ERROR, "device lost: %s; closing every connection and exiting", reason);
+    for (tfd_conn *c = srv->conns; c; c = c->next)
+        if (c->hello_done && !c->closing)
+            tfd_conn_reply(c, 0, TF_ERR_DEVICE,
+                           "the device is lost (%s); tenferrod exits so its service manager can "
+                           "restart it",
+                           reason);
+    uv_timer_init(srv->loop, &srv->watchdog);
+    srv->watchdog.data = srv;
+    uv_timer_start(&srv->watchdog, on_watchdog, 5000, 0);
+    uv_unref((uv_handle_t *)&srv->watchdog);
+    tfd_server_begin_shutdown(srv);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
     tfd_server *srv = h->data;
     tfd_log(TFD_LOG_INFO, "signal %d: draining %d client%s and exiting", signum, srv->n_conns,
@@ -93,6 +124,7 @@ void tfd_server_begin_shutdown(tfd_server *srv) {
     }
     if (srv->n_conns == 0 && srv->stopping == 1) {
         srv->stopping = 2;
+        if (srv->device_error[0]) uv_close((uv_handle_t *)&srv->watchdog, NULL);
         uv_close((uv_handle_t *)&srv->sig_term, NULL);
         uv_close((uv_handle_t *)&srv->sig_int, NULL);
         tfd_executor_stop(srv->ex);
@@ -134,6 +166,7 @@ int tfd_server_run(const tfd_options *opt) {
         srv->backend.vt->close(&srv->backend);
         return 1;
     }
+    tfd_executor_on_device_lost(srv->ex, on_device_lost, srv);
 
     ensure_parent_dir(srv->opt.socket_path);
     if (clear_stale_socket(srv->opt.socket_path) != 0) return 1;
@@ -161,6 +194,7 @@ int tfd_server_run(const tfd_options *opt) {
 
     srv->backend.vt->close(&srv->backend);
     uv_loop_close(srv->loop);
-    tfd_log(TFD_LOG_INFO, "stopped");
-    return 0;
+    tfd_log(srv->exit_code ? TFD_LOG_ERROR : TFD_LOG_INFO, "stopped%s",
+            srv->exit_code ? " after losing the device" : "");
+    return srv->exit_code;
 }

@@ -81,6 +81,9 @@ typedef struct tfd_server {
     uint64_t start_ms;
     tfd_counters counters;
     int stopping;
+    int exit_code;          /* what tfd_server_run returns: 0 after a clean stop */
+    char device_error[512]; /* why the device was declared lost, "" while healthy */
+    uv_timer_t watchdog;    /* bounds a shutdown after the device was lost */
 } tfd_server;
 
 /* A request waiting for the execution domain (policy `wait`); freed when its timer closes. */

@@ -82,6 +82,13 @@ typedef struct tfd_backend_vtable {
     tf_status (*event_record)(tfd_backend *be, void *stream, void **event, char *msg, size_t msg_len);
     tf_status (*event_wait)(tfd_backend *be, void *event, char *msg, size_t msg_len);
     void (*event_destroy)(tfd_backend *be, void *event);
+
+    /*
+     * Optional (NULL = always healthy): TF_OK while the device can still be
+     * trusted, else TF_ERR_DEVICE with the reason, once an error has made
+     * every later result unreliable (a CUDA context poisoned by a kernel fault).
+     */
+    tf_status (*health)(tfd_backend *be, char *msg, size_t msg_len);
 } tfd_backend_vtable;
 
 struct tfd_backend {

@@ -849,6 +849,14 @@ static void cuda_event_destroy(tfd_backend *be, void *event) {
         (void)tfd_cuda_fail(e, "cudaEventDestroy(event)", __FILE__, __LINE__, NULL, 0);
 }
 
+/* The device is lost for good once the context is poisoned. */
+static tf_status cuda_health(tfd_backend *be, char *msg, size_t msg_len) {
+    (void)be;
+    if (!atomic_load(&poisoned)) return TF_OK;
+    snprintf(msg, msg_len, "%s", poison_reason);
+    return TF_ERR_DEVICE;
+}
+
 const tfd_backend_vtable tfd_cuda_backend = {
     .name = "cuda",
     .open = cuda_open,
@@ -868,4 +876,5 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .event_record = cuda_event_record,
     .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,
+    .health = cuda_health,
 };
