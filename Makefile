@@ -38,10 +38,12 @@ endif
 
 ifeq ($(STATIC_DEPS),1)
   LIB_UV := -l:libuv_a.a -ldl
+  LIB_INIH := -l:libinih.a
   LIB_PROTOBUF := -l:libprotobuf-c.a
   LIB_CHECK := -l:libcheck.a -l:libsubunit.a -lrt -lm
 else
   LIB_UV := -luv
+  LIB_INIH := -linih
   LIB_PROTOBUF := -lprotobuf-c
   LIB_CHECK := -lcheck -lsubunit -lrt -lm
 endif
@@ -80,18 +82,24 @@ COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(PROTO_OBJ)
 CLIENT_OBJ := $(call obj,$(CLIENT_LIB_SRC))
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC)) $(call obj,$(BACKEND_SRC)) $(CUDA_OBJ)
 
-DAEMON_LIBS := $(LIB_UV) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_CUDA) $(LIB_SYS)
+DAEMON_LIBS := $(LIB_UV) $(LIB_INIH) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_CUDA) $(LIB_SYS)
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test-*.c))
 INTEGRATION_TESTS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/test-*.c))
 TEST_HARNESS := $(call obj,tests/integration/harness.c)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c,$(wildcard bench/*.c)))
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+# GPU benchmarks (bench/gpu/, CUDA builds only); gpu-common.c is their shared helper, not a bench.
+# They live in $(BUILD)/bench/gpu/, which scripts/bench.sh (CPU) does not run.
+GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,$(filter-out bench/gpu/gpu-common.c,$(wildcard bench/gpu/*.c)))
 
 TARGETS := $(BUILD)/tenferrod $(BUILD)/libtenferro-client.a $(BUILD)/tenferroctl \
            $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BENCHES) $(EXAMPLES)
 ifneq ($(STATIC_DEPS),1)
   TARGETS += $(BUILD)/libtenferro-client.so
+endif
+ifeq ($(HAVE_CUDA),1)
+  TARGETS += $(GPU_BENCHES)
 endif
 
 # Keep intermediate objects (tests and benches are built through chained rules).
@@ -166,6 +174,26 @@ $(BUILD)/bench/bench-held-chain: $(BUILD)/obj/bench/bench-held-chain.o $(call ob
                                  $(CPU_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
+
+# GPU benchmarks: the client library plus CUDA and cuBLAS in-process as their baselines.
+# --as-needed keeps unused libraries (cuBLAS in bench-first-result, which dlopens it in its
+# CUDA child only, and OpenBLAS) out of a benchmark's start-up.
+ifeq ($(HAVE_CUDA),1)
+$(BUILD)/obj/bench/gpu/%.o: CFLAGS_DAEMON_DEFS += -isystem $(CUDA_HOME)/include
+GPU_BENCH_LIBS := -Wl,--as-needed $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_CUDA) -ldl $(LIB_SYS)
+GPU_BENCH_OBJ := $(call obj,bench/gpu/gpu-common.c bench/bench-common.c)
+$(BUILD)/bench/gpu/%: $(BUILD)/obj/bench/gpu/%.o $(GPU_BENCH_OBJ) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
+
+# bench-gpu-chain runs the daemon's CUDA kernels in-process (tfd_cuda_backend) as its baseline.
+CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c \
+                      $(filter daemon/backend/cuda-%,$(BACKEND_SRC))) $(CUDA_OBJ)
+$(BUILD)/bench/gpu/bench-gpu-chain: $(BUILD)/obj/bench/gpu/bench-gpu-chain.o $(GPU_BENCH_OBJ) \
+                                    $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
+endif
 
 # ---- running ----
 deps:

@@ -4,6 +4,7 @@
  * accepting, close every connection, let each stream drain, stop the workers).
  */
 #include <errno.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "daemon/backend/registry.h"
+#include "daemon/config.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 
@@ -105,6 +107,47 @@ static void on_device_lost(void *arg, const char *reason) {
     tfd_server_begin_shutdown(srv);
 }
 
+/*
+ * SIGHUP: builds the configuration again from the file and the flags. A bad
+ * file changes nothing; a good one takes effect for what can change while
+ * running (admission, quotas, access, priorities, limits, log level), and
+ * settings that need a restart are named in the log.
+ */
+void tfd_server_reload(tfd_server *srv) {
+    tfd_options next;
+    char err[512];
+    if (tfd_startup_options(&srv->startup, &next, err, sizeof err) != 0) {
+        tfd_log(TFD_LOG_ERROR, "reload refused, keeping the running configuration: %s", err);
+        return;
+    }
+    tfd_options *cur = &srv->opt;
+    if (strcmp(next.device, cur->device) != 0 || next.workers != cur->workers ||
+        next.max_frame_bytes != cur->max_frame_bytes || next.socket_mode != cur->socket_mode ||
+        strcmp(next.socket_group, cur->socket_group) != 0)
+        tfd_log(TFD_LOG_WARN, "reload: device, workers, max_frame_bytes and socket settings change "
+                              "only at restart; keeping the running ones");
+    cur->max_clients = next.max_clients;
+    cur->log_level = next.log_level;
+    cur->policy = next.policy;
+    cur->wait_deadline_ms = next.wait_deadline_ms;
+    cur->client_quota = next.client_quota;
+    cur->uid_quota = next.uid_quota;
+    memcpy(cur->allowed, next.allowed, sizeof cur->allowed);
+    cur->n_allowed = next.n_allowed;
+    memcpy(cur->admins, next.admins, sizeof cur->admins);
+    cur->n_admins = next.n_admins;
+    memcpy(cur->priorities, next.priorities, sizeof cur->priorities);
+    cur->n_priorities = next.n_priorities;
+    tfd_log_set_level((tfd_log_level)cur->log_level);
+    tfd_log(TFD_LOG_INFO, "configuration reloaded from %s",
+            srv->startup.config_path[0] ? srv->startup.config_path : "the command line");
+}
+
+static void on_hup(uv_signal_t *h, int signum) {
+    (void)signum;
+    tfd_server_reload(h->data);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
     tfd_server *srv = h->data;
     tfd_log(TFD_LOG_INFO, "signal %d: draining %d client%s and exiting", signum, srv->n_conns,
@@ -127,15 +170,17 @@ void tfd_server_begin_shutdown(tfd_server *srv) {
         if (srv->device_error[0]) uv_close((uv_handle_t *)&srv->watchdog, NULL);
         uv_close((uv_handle_t *)&srv->sig_term, NULL);
         uv_close((uv_handle_t *)&srv->sig_int, NULL);
+        uv_close((uv_handle_t *)&srv->sig_hup, NULL);
         tfd_executor_stop(srv->ex);
     }
 }
 
-int tfd_server_run(const tfd_options *opt) {
+int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
     static tfd_server server;
     tfd_server *srv = &server;
     memset(srv, 0, sizeof *srv);
     srv->opt = *opt;
+    srv->startup = *startup;
     srv->loop = uv_default_loop();
     srv->start_ms = tfd_now_ms();
     tfd_reservation_init(&srv->res, 0);
@@ -178,13 +223,22 @@ int tfd_server_run(const tfd_options *opt) {
         tfd_log(TFD_LOG_ERROR, "cannot listen on %s: %s", srv->opt.socket_path, uv_strerror(rc));
         return 1;
     }
-    chmod(srv->opt.socket_path, 0660);
+    chmod(srv->opt.socket_path, srv->opt.socket_mode);
+    if (srv->opt.socket_group[0]) {
+        struct group *g = getgrnam(srv->opt.socket_group);
+        if (!g || chown(srv->opt.socket_path, (uid_t)-1, g->gr_gid) != 0)
+            tfd_log(TFD_LOG_WARN, "cannot give %s to group %s: %s", srv->opt.socket_path,
+                    srv->opt.socket_group, strerror(errno));
+    }
 
     uv_signal_init(srv->loop, &srv->sig_term);
     uv_signal_init(srv->loop, &srv->sig_int);
     srv->sig_term.data = srv->sig_int.data = srv;
     uv_signal_start(&srv->sig_term, on_signal, SIGTERM);
     uv_signal_start(&srv->sig_int, on_signal, SIGINT);
+    uv_signal_init(srv->loop, &srv->sig_hup);
+    srv->sig_hup.data = srv;
+    uv_signal_start(&srv->sig_hup, on_hup, SIGHUP);
 
     tfd_log(TFD_LOG_INFO, "tenferrod %s serving %s on %s (%d worker%s, policy %s)",
             TFD_VERSION_STRING, srv->backend.description, srv->opt.socket_path, workers,

@@ -23,8 +23,33 @@
 #define TFD_VERSION_STRING \
     TFD_STR_(TF_VERSION_MAJOR) "." TFD_STR_(TF_VERSION_MINOR) "." TFD_STR_(TF_VERSION_PATCH)
 
+/* Limits on what one client (or all clients of one uid) may hold; 0 means unlimited. */
+typedef struct tfd_quota {
+    uint64_t device_bytes;
+    uint64_t pinned_bytes;
+    uint64_t live_tensors;
+    uint64_t queued_ops; /* operations accepted and not yet executed */
+} tfd_quota;
+
+#define TFD_MAX_IDS 64
+
+/* A user or group named in the configuration, resolved to its id. */
+typedef struct tfd_principal {
+    int is_group;
+    uint32_t id;
+} tfd_principal;
+
+/* A stream priority class: whom it applies to and the priority (lower number = more urgent). */
+typedef struct tfd_priority_rule {
+    tfd_principal who;
+    int priority;
+} tfd_priority_rule;
+
+/* The daemon's configuration: built from defaults, the INI file, then the command line. */
 typedef struct tfd_options {
     char socket_path[108];
+    unsigned socket_mode;     /* permission bits of the socket file (default 0660) */
+    char socket_group[64];    /* group owning the socket, "" to leave it */
     char device[32];          /* "auto", "cpu", "cuda:N" */
     int workers;              /* executor worker threads; 0 = one per core (at most 16) */
     uint64_t max_frame_bytes;
@@ -32,6 +57,14 @@ typedef struct tfd_options {
     uint64_t wait_deadline_ms; /* how long a queued opener waits under the wait policy */
     int max_clients;
     int log_level;
+    tfd_quota client_quota;   /* per connection */
+    tfd_quota uid_quota;      /* summed over the connections of one uid */
+    tfd_principal allowed[TFD_MAX_IDS]; /* who may connect; none listed = everyone */
+    int n_allowed;
+    tfd_principal admins[TFD_MAX_IDS];  /* who may use admin requests, besides root */
+    int n_admins;
+    tfd_priority_rule priorities[TFD_MAX_IDS]; /* first match wins; default priority 0 */
+    int n_priorities;
 } tfd_options;
 
 /* Daemon-wide counters kept by the loop thread; never attributed to a session. */
@@ -65,13 +98,33 @@ typedef struct tfd_counters {
 #undef TFD_COUNTER_FIELD_
 } tfd_counters;
 
+/* A setting given on the command line, re-applied over the file at every reload. */
+typedef struct tfd_flag {
+    const char *section;
+    const char *key;
+    const char *value;
+} tfd_flag;
+
+#define TFD_MAX_FLAGS 64
+
+/* Where the configuration comes from: the file (if any) and the flags that override it. */
+typedef struct tfd_startup {
+    char config_path[256]; /* "" when no file is read */
+    tfd_flag flags[TFD_MAX_FLAGS];
+    int n_flags;
+} tfd_startup;
+
+/* Builds options from defaults, the file, then the flags; -1 with the reason in err. */
+int tfd_startup_options(const tfd_startup *startup, tfd_options *opt, char *err, size_t err_len);
+
 typedef struct tfd_conn tfd_conn;
 
 typedef struct tfd_server {
     uv_loop_t *loop;
     tfd_options opt;
     uv_pipe_t listener;
-    uv_signal_t sig_term, sig_int;
+    uv_signal_t sig_term, sig_int, sig_hup;
+    tfd_startup startup;
     tfd_backend backend;
     tfd_executor *ex;
     tfd_reservation res;
@@ -124,7 +177,9 @@ struct tfd_conn {
 uint64_t tfd_now_ms(void);
 
 /* Server lifecycle (server.c). */
-int tfd_server_run(const tfd_options *opt);
+int tfd_server_run(const tfd_options *opt, const tfd_startup *startup);
+/* Re-reads the configuration (SIGHUP); keeps the running one if the new one is bad. */
+void tfd_server_reload(tfd_server *srv);
 void tfd_server_begin_shutdown(tfd_server *srv);
 
 /* Connection plumbing (connection.c). */

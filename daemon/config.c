@@ -1,0 +1,400 @@
+/*
+ * The settings table (see config.h): every key of tenferrod.conf, the flag
+ * that sets it on the command line, how its value is parsed and checked, and
+ * whether it can change on SIGHUP.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <ini.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "daemon/config.h"
+#include "daemon/log.h"
+
+typedef int (*setter_fn)(tfd_options *opt, void *field, const char *value, char *err, size_t len);
+
+typedef struct setting {
+    const char *section;
+    const char *key;
+    const char *flag;   /* command-line flag, NULL when file-only */
+    size_t offset;      /* of the field inside tfd_options */
+    setter_fn set;
+    int runtime;        /* may change on SIGHUP */
+    const char *help;
+} setting;
+
+/* Parses an unsigned number with an optional K, M, G or T suffix (powers of 1024). */
+static int parse_size(const char *value, uint64_t *out, char *err, size_t len) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(value, &end, 0);
+    if (end == value || errno || value[0] == '-') {
+        snprintf(err, len, "\"%s\" is not a number", value);
+        return -1;
+    }
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    }
+    if (*end == 'i' || *end == 'I') end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end) {
+        snprintf(err, len, "\"%s\" has an unknown suffix (use K, M, G or T)", value);
+        return -1;
+    }
+    if (shift && v > (UINT64_MAX >> shift)) {
+        snprintf(err, len, "\"%s\" is too large", value);
+        return -1;
+    }
+    *out = (uint64_t)v << shift;
+    return 0;
+}
+
+static int set_u64(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)opt;
+    return parse_size(value, field, err, len);
+}
+
+static int set_int(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)opt;
+    uint64_t v;
+    if (parse_size(value, &v, err, len) != 0) return -1;
+    if (v > 1000000) {
+        snprintf(err, len, "%s is out of range", value);
+        return -1;
+    }
+    *(int *)field = (int)v;
+    return 0;
+}
+
+static int set_frame(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    if (set_u64(opt, field, value, err, len) != 0) return -1;
+    uint64_t v = *(uint64_t *)field;
+    if (v < TF__MIN_MAX_FRAME_BYTES || v > UINT32_MAX) {
+        snprintf(err, len, "must be between %llu and %u bytes",
+                 (unsigned long long)TF__MIN_MAX_FRAME_BYTES, UINT32_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* Copies a string into a fixed buffer of the options, refusing one that does not fit. */
+static int set_string(char *dst, size_t cap, const char *value, char *err, size_t len) {
+    if (strlen(value) >= cap) {
+        snprintf(err, len, "\"%s\" is longer than %zu bytes", value, cap - 1);
+        return -1;
+    }
+    memcpy(dst, value, strlen(value) + 1);
+    return 0;
+}
+
+static int set_socket(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)field;
+    return set_string(opt->socket_path, sizeof opt->socket_path, value, err, len);
+}
+
+static int set_group_name(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)field;
+    if (value[0] && !getgrnam(value)) {
+        snprintf(err, len, "unknown group \"%s\"", value);
+        return -1;
+    }
+    return set_string(opt->socket_group, sizeof opt->socket_group, value, err, len);
+}
+
+static int set_device(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)field;
+    if (strcmp(value, "auto") != 0 && strcmp(value, "cpu") != 0 && strncmp(value, "cuda:", 5) != 0) {
+        snprintf(err, len, "device \"%s\" is not auto, cpu or cuda:N", value);
+        return -1;
+    }
+    return set_string(opt->device, sizeof opt->device, value, err, len);
+}
+
+static int set_mode(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)opt;
+    char *end;
+    unsigned long v = strtoul(value, &end, 8);
+    if (end == value || *end || v > 0777) {
+        snprintf(err, len, "\"%s\" is not an octal permission mode like 0660", value);
+        return -1;
+    }
+    *(unsigned *)field = (unsigned)v;
+    return 0;
+}
+
+static int set_policy(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)opt;
+    if (strcmp(value, "reject") == 0)
+        *(tfd_policy *)field = TFD_POLICY_REJECT;
+    else if (strcmp(value, "wait") == 0)
+        *(tfd_policy *)field = TFD_POLICY_WAIT;
+    else {
+        snprintf(err, len, "policy \"%s\" is not reject or wait", value);
+        return -1;
+    }
+    return 0;
+}
+
+static int set_level(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)opt;
+    int level = tfd_log_parse_level(value);
+    if (level < 0) {
+        snprintf(err, len, "log level \"%s\" is not error, warn, info or debug", value);
+        return -1;
+    }
+    *(int *)field = level;
+    return 0;
+}
+
+/* Resolves "alice", "1001", "@gpu" or "@100" to a principal. */
+static int resolve(const char *name, int force_group, tfd_principal *p, char *err, size_t len) {
+    int group = force_group || name[0] == '@';
+    if (name[0] == '@') name++;
+    char *end;
+    unsigned long id = strtoul(name, &end, 10);
+    p->is_group = group;
+    if (name[0] && !*end) {
+        p->id = (uint32_t)id;
+        return 0;
+    }
+    if (group) {
+        struct group *g = getgrnam(name);
+        if (!g) {
+            snprintf(err, len, "unknown group \"%s\"", name);
+            return -1;
+        }
+        p->id = g->gr_gid;
+    } else {
+        struct passwd *u = getpwnam(name);
+        if (!u) {
+            snprintf(err, len, "unknown user \"%s\"", name);
+            return -1;
+        }
+        p->id = u->pw_uid;
+    }
+    return 0;
+}
+
+/*
+ * Parses a comma- or space-separated list of users (or @groups) into list,
+ * replacing what was there. Returns the count, or -1.
+ */
+static int parse_principals(const char *value, int force_group, tfd_principal *list, int cap,
+                            char *err, size_t len) {
+    char buf[1024];
+    if (strlen(value) >= sizeof buf) {
+        snprintf(err, len, "list is longer than %zu bytes", sizeof buf - 1);
+        return -1;
+    }
+    strcpy(buf, value);
+    int n = 0;
+    for (char *save, *tok = strtok_r(buf, ", \t", &save); tok; tok = strtok_r(NULL, ", \t", &save)) {
+        if (n == cap) {
+            snprintf(err, len, "more than %d names", cap);
+            return -1;
+        }
+        if (resolve(tok, force_group, &list[n], err, len) != 0) return -1;
+        n++;
+    }
+    return n;
+}
+
+/* Appends principals for allowed_users / allowed_groups to the one allow list. */
+static int add_allowed(tfd_options *opt, const char *value, int groups, char *err, size_t len) {
+    tfd_principal parsed[TFD_MAX_IDS];
+    int n = parse_principals(value, groups, parsed, TFD_MAX_IDS, err, len);
+    if (n < 0) return -1;
+    /* Drop the entries of the same kind first: setting a key replaces its previous value. */
+    int kept = 0;
+    for (int i = 0; i < opt->n_allowed; i++)
+        if (opt->allowed[i].is_group != groups) opt->allowed[kept++] = opt->allowed[i];
+    if (kept + n > TFD_MAX_IDS) {
+        snprintf(err, len, "more than %d allowed users and groups", TFD_MAX_IDS);
+        return -1;
+    }
+    memcpy(&opt->allowed[kept], parsed, sizeof(tfd_principal) * (size_t)n);
+    opt->n_allowed = kept + n;
+    return 0;
+}
+
+static int set_allowed_users(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)field;
+    return add_allowed(opt, value, 0, err, len);
+}
+
+static int set_allowed_groups(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)field;
+    return add_allowed(opt, value, 1, err, len);
+}
+
+static int set_admins(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)field;
+    int n = parse_principals(value, 0, opt->admins, TFD_MAX_IDS, err, len);
+    if (n < 0) return -1;
+    opt->n_admins = n;
+    return 0;
+}
+
+/* Sets the members of one priority class, replacing that class's earlier members. */
+static int set_priority_class(tfd_options *opt, int priority, const char *value, char *err, size_t len) {
+    tfd_principal parsed[TFD_MAX_IDS];
+    int n = parse_principals(value, 0, parsed, TFD_MAX_IDS, err, len);
+    if (n < 0) return -1;
+    int kept = 0;
+    for (int i = 0; i < opt->n_priorities; i++)
+        if (opt->priorities[i].priority != priority) opt->priorities[kept++] = opt->priorities[i];
+    if (kept + n > TFD_MAX_IDS) {
+        snprintf(err, len, "more than %d priority entries", TFD_MAX_IDS);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) opt->priorities[kept + i] = (tfd_priority_rule){parsed[i], priority};
+    opt->n_priorities = kept + n;
+    return 0;
+}
+
+static int set_high(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)field;
+    return set_priority_class(opt, -1, value, err, len);
+}
+
+static int set_low(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)field;
+    return set_priority_class(opt, 1, value, err, len);
+}
+
+#define AT(field) offsetof(tfd_options, field)
+
+static const setting settings[] = {
+    {"daemon", "socket", "socket", 0, set_socket, 0, "Unix socket path"},
+    {"daemon", "socket_mode", "socket-mode", AT(socket_mode), set_mode, 0, "socket permission bits (0660)"},
+    {"daemon", "socket_group", "socket-group", 0, set_group_name, 0, "group owning the socket"},
+    {"daemon", "device", "device", 0, set_device, 0, "auto, cpu or cuda:N"},
+    {"daemon", "workers", "workers", AT(workers), set_int, 0, "executor threads (0 = one per core)"},
+    {"daemon", "max_frame_bytes", "max-frame-bytes", AT(max_frame_bytes), set_frame, 0, "largest frame (64M)"},
+    {"daemon", "max_clients", "max-clients", AT(max_clients), set_int, 1, "connections served at once (256)"},
+    {"daemon", "log_level", "log-level", AT(log_level), set_level, 1, "error, warn, info or debug"},
+    {"admission", "policy", "reservation-policy", AT(policy), set_policy, 1, "reject or wait"},
+    {"admission", "wait_deadline_ms", "wait-deadline-ms", AT(wait_deadline_ms), set_u64, 1, "queued opener deadline (10000)"},
+    {"quota.client", "device_bytes", "client-device-bytes", AT(client_quota.device_bytes), set_u64, 1, "per client (0 = unlimited)"},
+    {"quota.client", "pinned_bytes", "client-pinned-bytes", AT(client_quota.pinned_bytes), set_u64, 1, "per client"},
+    {"quota.client", "live_tensors", "client-live-tensors", AT(client_quota.live_tensors), set_u64, 1, "per client"},
+    {"quota.client", "queued_ops", "client-queued-ops", AT(client_quota.queued_ops), set_u64, 1, "per client"},
+    {"quota.uid", "device_bytes", "uid-device-bytes", AT(uid_quota.device_bytes), set_u64, 1, "per uid"},
+    {"quota.uid", "pinned_bytes", "uid-pinned-bytes", AT(uid_quota.pinned_bytes), set_u64, 1, "per uid"},
+    {"quota.uid", "live_tensors", "uid-live-tensors", AT(uid_quota.live_tensors), set_u64, 1, "per uid"},
+    {"quota.uid", "queued_ops", "uid-queued-ops", AT(uid_quota.queued_ops), set_u64, 1, "per uid"},
+    {"access", "allowed_users", "allowed-users", 0, set_allowed_users, 1, "who may connect (users)"},
+    {"access", "allowed_groups", "allowed-groups", 0, set_allowed_groups, 1, "who may connect (groups)"},
+    {"access", "admin_users", "admin-users", 0, set_admins, 1, "who may drain/terminate (besides root)"},
+    {"priority", "high", "priority-high", 0, set_high, 1, "users/@groups whose streams run first"},
+    {"priority", "low", "priority-low", 0, set_low, 1, "users/@groups whose streams run last"},
+};
+
+#define N_SETTINGS (sizeof settings / sizeof *settings)
+
+static const setting *find(const char *section, const char *key) {
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (strcmp(settings[i].section, section) == 0 && strcmp(settings[i].key, key) == 0)
+            return &settings[i];
+    return NULL;
+}
+
+void tfd_options_defaults(tfd_options *opt) {
+    memset(opt, 0, sizeof *opt);
+    opt->socket_mode = 0660;
+    snprintf(opt->device, sizeof opt->device, "auto");
+    opt->max_frame_bytes = TF__DEFAULT_MAX_FRAME_BYTES;
+    opt->policy = TFD_POLICY_REJECT;
+    opt->wait_deadline_ms = 10000;
+    opt->max_clients = 256;
+    opt->log_level = TFD_LOG_INFO;
+}
+
+int tfd_config_set(tfd_options *opt, const char *section, const char *key, const char *value,
+                   char *err, size_t err_len) {
+    const setting *s = find(section, key);
+    if (!s) {
+        snprintf(err, err_len, "unknown key \"%s\" in section [%s]", key, section);
+        return -1;
+    }
+    char why[256];
+    if (s->set(opt, (char *)opt + s->offset, value, why, sizeof why) != 0) {
+        snprintf(err, err_len, "[%s] %s: %s", section, key, why);
+        return -1;
+    }
+    return 0;
+}
+
+int tfd_config_flag(const char *flag, const char **section, const char **key) {
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        if (settings[i].flag && strcmp(settings[i].flag, flag) == 0) {
+            *section = settings[i].section;
+            *key = settings[i].key;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int tfd_config_runtime(const char *section, const char *key) {
+    const setting *s = find(section, key);
+    return s ? s->runtime : 0;
+}
+
+typedef struct load_ctx {
+    tfd_options *opt;
+    char reason[384];
+} load_ctx;
+
+/* libinih calls this per key; a 0 return makes ini_parse report the line. */
+static int on_ini_key(void *user, const char *section, const char *key, const char *value) {
+    load_ctx *ctx = user;
+    if (!section[0]) {
+        snprintf(ctx->reason, sizeof ctx->reason, "key \"%s\" outside any [section]", key);
+        return 0;
+    }
+    return tfd_config_set(ctx->opt, section, key, value, ctx->reason, sizeof ctx->reason) == 0;
+}
+
+int tfd_config_load(const char *path, tfd_options *opt, char *err, size_t err_len) {
+    load_ctx ctx = {.opt = opt};
+    int line = ini_parse(path, on_ini_key, &ctx);
+    if (line == 0) return 0;
+    if (line == -1)
+        snprintf(err, err_len, "%s: cannot open: %s", path, strerror(errno));
+    else if (line == -2)
+        snprintf(err, err_len, "%s: out of memory reading it", path);
+    else
+        snprintf(err, err_len, "%s:%d: %s", path, line, ctx.reason[0] ? ctx.reason : "syntax error");
+    return -1;
+}
+
+void tfd_config_usage(FILE *out) {
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (settings[i].flag)
+            fprintf(out, "  --%-22s [%s] %s: %s\n", settings[i].flag, settings[i].section,
+                    settings[i].key, settings[i].help);
+}
+
+int tfd_startup_options(const tfd_startup *startup, tfd_options *opt, char *err, size_t err_len) {
+    tfd_options_defaults(opt);
+    if (startup->config_path[0] && tfd_config_load(startup->config_path, opt, err, err_len) != 0)
+        return -1;
+    for (int i = 0; i < startup->n_flags; i++) {
+        const tfd_flag *f = &startup->flags[i];
+        char why[384];
+        if (tfd_config_set(opt, f->section, f->key, f->value, why, sizeof why) != 0) {
+            snprintf(err, err_len, "command line: %s", why);
+            return -1;
+        }
+    }
+    return 0;
+}

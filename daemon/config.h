@@ -1,0 +1,42 @@
+/*
+ * Configuration: defaults, the INI file (/etc/tenferro/tenferrod.conf, read
+ * with libinih) and command-line flags, all through one table of settings so a
+ * key means the same thing and is checked the same way wherever it is given.
+ * Command-line flags override the file; SIGHUP re-reads the file (and
+ * re-applies the flags) without dropping clients.
+ */
+#ifndef TENFERRO_DAEMON_CONFIG_H
+#define TENFERRO_DAEMON_CONFIG_H
+
+#include <stddef.h>
+
+#include "daemon/server.h"
+
+#define TFD_DEFAULT_CONFIG_PATH "/etc/tenferro/tenferrod.conf"
+
+/* Fills every option with its default. */
+void tfd_options_defaults(tfd_options *opt);
+
+/*
+ * Applies one setting, named by its INI section and key ("admission",
+ * "policy"). Returns 0, or -1 with the reason in err.
+ */
+int tfd_config_set(tfd_options *opt, const char *section, const char *key, const char *value,
+                   char *err, size_t err_len);
+
+/*
+ * Maps a command-line flag ("reservation-policy") to its section and key.
+ * Returns 0, or -1 when the flag names no setting.
+ */
+int tfd_config_flag(const char *flag, const char **section, const char **key);
+
+/* Reads an INI file into opt. Returns 0, or -1 with "path:line: reason" in err. */
+int tfd_config_load(const char *path, tfd_options *opt, char *err, size_t err_len);
+
+/* Writes one line per flag with its meaning, for --help. */
+void tfd_config_usage(FILE *out);
+
+/* 1 when a setting can change on SIGHUP; 0 when it needs a restart. */
+int tfd_config_runtime(const char *section, const char *key);
+
+#endif
