@@ -43,6 +43,7 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
         ci->session_id = o->session_id;
         ci->scoped_active = o->scoped_active;
         ci->queued_items = o->stream ? tfd_stream_queued(o->stream) : 0;
+        ci->priority = o->priority;
         info_ptrs[k++] = ci;
     }
 
@@ -98,6 +99,18 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
     reply.counters = counter_ptrs;
     reply.policy = srv->opt.policy == TFD_POLICY_WAIT ? "wait" : "reject";
     reply.device_error = srv->device_error;
+    Tenferro__Quota quotas[2] = {TENFERRO__QUOTA__INIT, TENFERRO__QUOTA__INIT};
+    const tfd_quota *src[2] = {&srv->opt.client_quota, &srv->opt.uid_quota};
+    for (int i = 0; i < 2; i++) {
+        quotas[i].device_bytes = src[i]->device_bytes;
+        quotas[i].pinned_bytes = src[i]->pinned_bytes;
+        quotas[i].live_tensors = src[i]->live_tensors;
+        quotas[i].queued_ops = src[i]->queued_ops;
+    }
+    reply.client_quota = &quotas[0];
+    reply.uid_quota = &quotas[1];
+    reply.draining = srv->draining;
+    reply.max_clients = (uint32_t)srv->opt.max_clients;
 
     Tenferro__Frame out = TENFERRO__FRAME__INIT;
     out.seq = seq;

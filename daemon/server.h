@@ -134,6 +134,7 @@ typedef struct tfd_server {
     uint64_t start_ms;
     tfd_counters counters;
     int stopping;
+    int draining;           /* admin drain: no new connections, exit when the last leaves */
     int exit_code;          /* what tfd_server_run returns: 0 after a clean stop */
     char device_error[512]; /* why the device was declared lost, "" while healthy */
     uv_timer_t watchdog;    /* bounds a shutdown after the device was lost */
@@ -168,6 +169,7 @@ struct tfd_conn {
     tfd_stream *stream;
     uint64_t session_id; /* held session, 0 if none */
     int scoped_active;   /* a scoped root is between its first and final frame */
+    int priority;        /* stream priority class chosen at the handshake */
     tfd_queued_request *queued; /* request waiting for the domain, or NULL */
     int admitted_from_queue;    /* the replayed request was admitted while queued */
     uint64_t admitted_session_id;
