@@ -48,6 +48,8 @@ else
   LIB_CHECK := -lcheck -lsubunit -lrt -lm
 endif
 LIB_BLAS := -lopenblas
+# libsystemd (sd_notify) stays dynamic in every build: no static archive ships, and the GPU machine has it.
+LIB_SYSTEMD := -lsystemd
 LIB_SYS := -lpthread -lm
 
 # ---- sources ----
@@ -82,7 +84,7 @@ COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(PROTO_OBJ)
 CLIENT_OBJ := $(call obj,$(CLIENT_LIB_SRC))
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC)) $(call obj,$(BACKEND_SRC)) $(CUDA_OBJ)
 
-DAEMON_LIBS := $(LIB_UV) $(LIB_INIH) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_CUDA) $(LIB_SYS)
+DAEMON_LIBS := $(LIB_UV) $(LIB_INIH) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_CUDA) $(LIB_SYSTEMD) $(LIB_SYS)
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test-*.c))
 INTEGRATION_TESTS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/test-*.c))
@@ -94,7 +96,7 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
 GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,$(filter-out bench/gpu/gpu-common.c,$(wildcard bench/gpu/*.c)))
 
 TARGETS := $(BUILD)/tenferrod $(BUILD)/libtenferro-client.a $(BUILD)/tenferroctl \
-           $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BENCHES) $(EXAMPLES)
+           $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BENCHES) $(EXAMPLES) $(BUILD)/tests/load
 ifneq ($(STATIC_DEPS),1)
   TARGETS += $(BUILD)/libtenferro-client.so
 endif
@@ -105,7 +107,7 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check test test-unit test-integration demo bench install clean
+.PHONY: all deps check test test-unit test-integration test-load load test-install demo bench install clean
 all: $(TARGETS)
 
 # ---- generated protocol code ----
@@ -146,7 +148,7 @@ $(BUILD)/libtenferro-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 $(BUILD)/libtenferro-client.so: $(CLIENT_OBJ) $(COMMON_OBJ)
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libtenferro-client.so.0 -o $@ $^ $(LIB_PROTOBUF)
 
-$(BUILD)/tenferroctl: $(call obj,client/tenferroctl.c) $(BUILD)/libtenferro-client.a
+$(BUILD)/tenferroctl: $(call obj,client/tenferroctl.c client/tenferroctl-format.c) $(BUILD)/libtenferro-client.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF)
 
 $(BUILD)/examples/%: $(call obj,examples/%.c) $(BUILD)/libtenferro-client.a
@@ -162,6 +164,11 @@ $(BUILD)/tests/test-%: $(BUILD)/obj/tests/unit/test-%.o $(DAEMON_OBJ) $(COMMON_O
 $(BUILD)/tests/test-%: $(BUILD)/obj/tests/integration/test-%.o $(TEST_HARNESS) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
+
+# The load test (tests/load/load.c) is a client too: the harness starts its daemon.
+$(BUILD)/tests/load: $(BUILD)/obj/tests/load/load.o $(TEST_HARNESS) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_SYS)
 
 $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(call obj,bench/bench-common.c) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
@@ -206,7 +213,24 @@ test-integration: $(BUILD)/tenferrod $(INTEGRATION_TESTS)
 	@for t in $(INTEGRATION_TESTS); do echo "== $$t"; \
 	  TENFERRO_DAEMON=$(BUILD)/tenferrod $$t || exit 1; done
 
-test: test-unit test-integration
+# Bounded load test (tests/load/load.c); `make load` runs the long one.
+test-load: $(BUILD)/tenferrod $(BUILD)/tests/load
+	@echo "== $(BUILD)/tests/load"; TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --clients 8 --seconds 5
+
+load: $(BUILD)/tenferrod $(BUILD)/tests/load
+	TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --clients 32 --seconds 30
+
+# Installs into a temporary DESTDIR and checks the unit, pkg-config, the example
+# configuration and sd_notify (tests/install/test-install.sh). It runs `make install`
+# itself, so it waits for `all`; SANFLAGS go to the program it compiles.
+$(BUILD)/tests/notify-listener: $(call obj,tests/install/notify-listener.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^
+
+test-install: all $(BUILD)/tests/notify-listener
+	MAKE="$(MAKE)" CC="$(CC)" SANFLAGS="$(SANFLAGS)" tests/install/test-install.sh $(BUILD)
+
+test: test-unit test-integration test-load test-install
 
 check: deps
 	$(MAKE) all

@@ -232,7 +232,7 @@ int main(int argc, char **argv) {
 
     for (int i = 0; i < 4; i++) {
         tfd_tensor_view *v[4] = {&kc.x0, &kc.y, &kc.buf[0], &kc.buf[1]};
-        kc.be.vt->free(&kc.be, kc.stream, v[i]->data);
+        kc.be.vt->free(&kc.be, kc.stream, v[i]->data, sizeof(double) * N);
     }
     kc.be.vt->stream_destroy(&kc.be, kc.stream);
     kc.be.vt->close(&kc.be);

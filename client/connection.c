@@ -42,12 +42,15 @@ static tf_status broken(tf_client *c, const char *why) {
     return tf__fail(c, TF_ERR_DISCONNECTED, "connection to tenferrod lost: %s", why);
 }
 
+static tf_status send_failed(tf_client *c, int err);
+
 /* Writes all of buf, retrying on EINTR and short writes. */
 static tf_status write_all(tf_client *c, const uint8_t *buf, size_t len) {
     while (len > 0) {
         ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return broken(c, n < 0 ? strerror(errno) : "short write");
+        if (n < 0) return send_failed(c, errno);
+        if (n == 0) return broken(c, "short write");
         buf += n;
         len -= (size_t)n;
     }
@@ -116,8 +119,12 @@ tf_status tf__send(tf_client *c, Tenferro__Frame *frame) {
     return st;
 }
 
-tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply) {
-    if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+/*
+ * Reads the next whole frame. A Result with sequence 0 is the daemon's last
+ * word before it closes the connection (a protocol error, a terminate, a lost
+ * device): it marks the client broken with that reason.
+ */
+static tf_status read_frame(tf_client *c, Tenferro__Frame **out) {
     tf_status st = fill(c, TF__FRAME_HEADER_BYTES);
     if (st != TF_OK) return st;
     uint32_t len = tf__frame_peek_length(c->rbuf + c->rstart);
@@ -131,7 +138,6 @@ tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply) {
     if (c->rlen == 0) c->rstart = 0;
     if (!f) return broken(c, "a reply does not decode");
     if (f->seq == 0 && f->body_case == TENFERRO__FRAME__BODY_RESULT) {
-        /* The daemon closes the connection after a protocol error and says why. */
         c->broken = 1;
         tf_status why = (tf_status)f->result->status;
         tf__fail(c, why == TF_OK ? TF_ERR_PROTOCOL : why, "tenferrod closed the connection: %s",
@@ -139,6 +145,28 @@ tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply) {
         tf__frame_free(f);
         return TF_ERR_DISCONNECTED;
     }
+    *out = f;
+    return TF_OK;
+}
+
+/*
+ * A send failed. When the daemon closed the connection (EPIPE), it may have
+ * said why just before, and those bytes are still readable: report its reason
+ * rather than "Broken pipe". Its end is closed, so these reads stop at its
+ * last byte and never block; every way out of the loop marks the client broken.
+ */
+static tf_status send_failed(tf_client *c, int err) {
+    if (err != EPIPE && err != ECONNRESET) return broken(c, strerror(err));
+    Tenferro__Frame *f = NULL;
+    while (read_frame(c, &f) == TF_OK) tf__frame_free(f);
+    return TF_ERR_DISCONNECTED;
+}
+
+tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply) {
+    if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+    Tenferro__Frame *f = NULL;
+    tf_status st = read_frame(c, &f);
+    if (st != TF_OK) return st;
     if (f->seq != seq) {
         tf__frame_free(f);
         return broken(c, "reply out of sequence");

@@ -16,7 +16,41 @@
 /* Bytes an encoded operation adds to a frame beyond its own size: field tag and length prefix. */
 #define OP_FRAMING_BYTES 6
 
-/* After a submission: accepted outputs become live, the rest are forgotten. */
+/*
+ * Sends, as one Free frame, the frees of the queue from `from` on that were not
+ * carried out (discarded, refused or behind a failed operation): tf_tensor_free
+ * already forgot those handles, so the daemon must still let go of them. Keeps
+ * the caller's last error; nothing to do on a broken connection.
+ */
+static void send_unsettled_frees(tf_client *c, size_t from) {
+    if (c->broken) return;
+    size_t n = 0;
+    for (size_t i = from; i < c->n_queued; i++)
+        if (c->queue[i].kind == TF__OP_FREE) n += (size_t)c->queue[i].n_inputs;
+    if (n == 0) return;
+    uint64_t *ids = malloc(n * sizeof *ids);
+    if (!ids) return; /* the daemon frees them when the connection ends */
+    n = 0;
+    for (size_t i = from; i < c->n_queued; i++)
+        if (c->queue[i].kind == TF__OP_FREE)
+            for (int k = 0; k < c->queue[i].n_inputs; k++) ids[n++] = c->queue[i].inputs[k];
+    char why[sizeof c->last_error];
+    memcpy(why, c->last_error, sizeof why);
+    Tenferro__Frame fr = TENFERRO__FRAME__INIT;
+    Tenferro__Free body = TENFERRO__FREE__INIT;
+    body.n_tensors = n;
+    body.tensors = ids;
+    fr.body_case = TENFERRO__FRAME__BODY_FREE;
+    fr.free = &body;
+    tf__send(c, &fr);
+    memcpy(c->last_error, why, sizeof why);
+    free(ids);
+}
+
+/*
+ * After a submission: accepted outputs become live, the rest are forgotten;
+ * frees that did not run are sent on their own.
+ */
 static void settle_queue(tf_client *c, size_t accepted) {
     for (size_t i = 0; i < c->n_queued; i++) {
         tf__queued_op *q = &c->queue[i];
@@ -28,6 +62,7 @@ static void settle_queue(tf_client *c, size_t accepted) {
             tf__id_table_remove(&c->handles, q->output, NULL);
         }
     }
+    send_unsettled_frees(c, accepted);
     c->n_queued = 0;
 }
 

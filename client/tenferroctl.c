@@ -1,128 +1,185 @@
 /*
- * tenferroctl: the operator's view of a running tenferrod.
+ * tenferroctl: the operator's view of a running tenferrod, and its levers.
  *
- *   tenferroctl [--socket PATH] status   device, clients, reservation table, counters
+ *   tenferroctl [--socket PATH] status [--json]   device, clients, reservations, counters
+ *   tenferroctl [--socket PATH] metrics           the same as Prometheus text
+ *   tenferroctl [--socket PATH] terminate ID      end client ID's connection, reclaim what it held
+ *   tenferroctl [--socket PATH] drain             refuse new clients, exit when the last one leaves
+ *   tenferroctl [--socket PATH] trim              return cached device memory (busy while held)
+ *
+ * This file parses the command line and speaks to the daemon; rendering lives
+ * in tenferroctl-format.c. Exit status: 0 on success, 1 when the daemon (or
+ * the connection to it) answered with a typed error, printed as
+ * "tenferroctl: TF_ERR_NAME: message", 2 on a usage error.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client/internal.h"
+#include "client/tenferroctl.h"
+
+enum { EXIT_TYPED_ERROR = 1, EXIT_USAGE = 2 };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: tenferroctl [--socket PATH] status\n");
+    fprintf(out,
+            "usage: tenferroctl [--socket PATH] COMMAND\n"
+            "\n"
+            "commands:\n"
+            "  status [--json]   device, clients, reservations and counters\n"
+            "  metrics           the status as Prometheus text exposition format\n"
+            "  terminate ID      end client ID's connection (its tensors are freed, its\n"
+            "                    reservation released); needs admin rights\n"
+            "  drain             refuse new connections; tenferrod exits when the last\n"
+            "                    client leaves; needs admin rights\n"
+            "  trim              return cached device memory to the system (TF_ERR_BUSY while\n"
+            "                    a held session is open); needs admin rights\n"
+            "\n"
+            "The socket is --socket, else $TENFERRO_SOCKET, else the default under /run/tenferro.\n");
 }
 
-/* Prints a duration in ms as the most readable unit. */
-static void print_age(uint64_t ms) {
-    if (ms < 10000)
-        printf("%llums", (unsigned long long)ms);
-    else
-        printf("%.1fs", (double)ms / 1000.0);
+/* Prints a typed error the way every command reports one, and returns the exit status. */
+static int report(tf_client *c, tf_status st) {
+    fprintf(stderr, "tenferroctl: %s: %s\n", tf_status_name(st),
+            c && tf_client_last_error(c)[0] ? tf_client_last_error(c) : tf_strerror(st));
+    return EXIT_TYPED_ERROR;
 }
 
-/* Asks the daemon for its status and prints it as sections. */
-static int cmd_status(tf_client *c) {
+/* Asks for the status report; *out is the reply frame, freed by the caller. */
+static tf_status fetch_status(tf_client *c, Tenferro__Frame **out) {
     Tenferro__Frame req = TENFERRO__FRAME__INIT;
     Tenferro__StatusRequest body = TENFERRO__STATUS_REQUEST__INIT;
     req.body_case = TENFERRO__FRAME__BODY_STATUS_REQUEST;
     req.status_request = &body;
+    tf_status st = tf__call(c, &req, out);
+    if (st != TF_OK) return st;
+    if ((*out)->body_case == TENFERRO__FRAME__BODY_STATUS_REPLY) return TF_OK;
+    tf__frame_free(*out);
+    *out = NULL;
+    return tf__fail(c, TF_ERR_PROTOCOL, "unexpected answer to a status request");
+}
+
+/* status and metrics: one report, printed by `print`. */
+static int cmd_report(tf_client *c, void (*print)(FILE *, const Tenferro__StatusReply *)) {
     Tenferro__Frame *reply = NULL;
-    tf_status st = tf__call(c, &req, &reply);
-    if (st != TF_OK) {
-        fprintf(stderr, "tenferroctl: %s: %s\n", tf_status_name(st), tf_client_last_error(c));
-        return 1;
-    }
-    if (reply->body_case != TENFERRO__FRAME__BODY_STATUS_REPLY) {
-        fprintf(stderr, "tenferroctl: unexpected answer to a status request\n");
-        tf__frame_free(reply);
-        return 1;
-    }
-    Tenferro__StatusReply *s = reply->status_reply;
-    printf("device:   %s\n", s->device);
-    printf("version:  tenferrod %s, up ", s->daemon_version);
-    print_age(s->uptime_ms);
-    printf(", reservation policy %s\n", s->policy);
-    if (s->device_error && s->device_error[0])
-        printf("DEVICE LOST: %s (tenferrod is exiting for its service manager to restart it)\n",
-               s->device_error);
-
-    printf("\nclients (%zu):\n", s->n_clients);
-    printf("  %-6s %-8s %-6s %-20s %8s %12s %8s %s\n", "id", "pid", "uid", "name", "tensors",
-           "bytes", "queued", "session");
-    for (size_t i = 0; i < s->n_clients; i++) {
-        Tenferro__ClientInfo *ci = s->clients[i];
-        char session[32] = "-";
-        if (ci->session_id)
-            snprintf(session, sizeof session, "held %llu", (unsigned long long)ci->session_id);
-        else if (ci->scoped_active)
-            snprintf(session, sizeof session, "scoped");
-        printf("  %-6llu %-8d %-6u %-20s %8llu %12llu %8llu %s\n", (unsigned long long)ci->client_id,
-               ci->pid, ci->uid, ci->name, (unsigned long long)ci->live_tensors,
-               (unsigned long long)ci->live_bytes, (unsigned long long)ci->queued_items, session);
-    }
-
-    printf("\nreservations:\n");
-    for (size_t i = 0; i < s->n_reservations; i++) {
-        Tenferro__ReservationInfo *r = s->reservations[i];
-        printf("  domain %u: ", r->domain);
-        if (r->holder_client_id) {
-            printf("held by client %llu (pid %d), session %llu, for ",
-                   (unsigned long long)r->holder_client_id, r->holder_pid,
-                   (unsigned long long)r->session_id);
-            print_age(r->age_ms);
-        } else {
-            printf("free");
-        }
-        printf("; queued openers: %zu", r->n_queued_client_ids);
-        for (size_t j = 0; j < r->n_queued_client_ids; j++)
-            printf("%s%llu", j ? ", " : " [", (unsigned long long)r->queued_client_ids[j]);
-        printf("%s\n", r->n_queued_client_ids ? "]" : "");
-    }
-
-    printf("\ncounters:\n");
-    for (size_t i = 0; i < s->n_counters; i++)
-        printf("  %-26s %llu\n", s->counters[i]->name, (unsigned long long)s->counters[i]->value);
+    tf_status st = fetch_status(c, &reply);
+    if (st != TF_OK) return report(c, st);
+    print(stdout, reply->status_reply);
     tf__frame_free(reply);
     return 0;
 }
 
-int main(int argc, char **argv) {
-    const char *socket_path = NULL;
-    static const struct option longopts[] = {
-        {"socket", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+/* terminate, drain, trim: one AdminRequest; the daemon's message is printed on success. */
+static int cmd_admin(tf_client *c, uint32_t kind, uint64_t client_id) {
+    Tenferro__Frame req = TENFERRO__FRAME__INIT;
+    Tenferro__AdminRequest body = TENFERRO__ADMIN_REQUEST__INIT;
+    body.kind = kind;
+    body.client_id = client_id;
+    req.body_case = TENFERRO__FRAME__BODY_ADMIN_REQUEST;
+    req.admin_request = &body;
+    Tenferro__Frame *reply = NULL;
+    tf_status st = tf__call(c, &req, &reply);
+    if (st != TF_OK) return report(c, st);
+    if (reply->body_case != TENFERRO__FRAME__BODY_RESULT) {
+        tf__frame_free(reply);
+        return report(c, tf__fail(c, TF_ERR_PROTOCOL, "unexpected answer to an admin request"));
+    }
+    st = tf__result_status(c, reply->result);
+    if (st == TF_OK && reply->result->message && reply->result->message[0])
+        printf("%s\n", reply->result->message);
+    tf__frame_free(reply);
+    return st == TF_OK ? 0 : report(c, st);
+}
+
+/* Parses a client id (a positive decimal number); 0 when it is not one. */
+static uint64_t parse_client_id(const char *s) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-' || s[0] == '+') return 0;
+    return v;
+}
+
+/* What the command line asks for, checked before anything connects. */
+typedef struct request {
+    const char *socket_path;
+    const char *command;
+    int json;
+    uint32_t admin_kind; /* 0 for status and metrics */
+    uint64_t client_id;
+} request;
+
+/* Fills rq from argv; returns -1 to go on, else the exit status (0 after --help, 2 on misuse). */
+static int parse_args(int argc, char **argv, request *rq) {
+    static const struct option longopts[] = {{"socket", required_argument, 0, 's'},
+                                             {"json", no_argument, 0, 'j'},
+                                             {"help", no_argument, 0, 'h'},
+                                             {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
-        if (ch == 's')
-            socket_path = optarg;
-        else if (ch == 'h') {
+        if (ch == 's') {
+            rq->socket_path = optarg;
+        } else if (ch == 'j') {
+            rq->json = 1;
+        } else if (ch == 'h') {
             usage(stdout);
             return 0;
         } else {
             usage(stderr);
-            return 2;
+            return EXIT_USAGE;
         }
     }
-    if (optind >= argc) {
+    int n_args = argc - optind;
+    rq->command = n_args > 0 ? argv[optind] : "";
+    const char *cmd = rq->command;
+    int want_args = 1;
+    if (strcmp(cmd, "terminate") == 0) {
+        rq->admin_kind = TENFERRO__ADMIN_KIND__ADMIN_TERMINATE;
+        want_args = 2;
+        if (n_args == 2 && (rq->client_id = parse_client_id(argv[optind + 1])) == 0) {
+            fprintf(stderr, "tenferroctl: terminate: \"%s\" is not a client id (tenferroctl status "
+                            "lists them)\n", argv[optind + 1]);
+            return EXIT_USAGE;
+        }
+    } else if (strcmp(cmd, "drain") == 0) {
+        rq->admin_kind = TENFERRO__ADMIN_KIND__ADMIN_DRAIN;
+    } else if (strcmp(cmd, "trim") == 0) {
+        rq->admin_kind = TENFERRO__ADMIN_KIND__ADMIN_TRIM;
+    } else if (strcmp(cmd, "status") != 0 && strcmp(cmd, "metrics") != 0) {
+        if (cmd[0]) fprintf(stderr, "tenferroctl: unknown command \"%s\"\n", cmd);
         usage(stderr);
-        return 2;
+        return EXIT_USAGE;
     }
-    const char *cmd = argv[optind];
-    if (strcmp(cmd, "status") != 0) {
-        fprintf(stderr, "tenferroctl: unknown command \"%s\"\n", cmd);
+    if (n_args != want_args || (rq->json && strcmp(cmd, "status") != 0)) {
+        fprintf(stderr, "tenferroctl: %s: %s\n", cmd,
+                n_args != want_args ? "wrong number of arguments" : "--json goes with status only");
         usage(stderr);
-        return 2;
+        return EXIT_USAGE;
     }
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    request rq = {0};
+    int rc = parse_args(argc, argv, &rq);
+    if (rc >= 0) return rc;
+    int metrics = strcmp(rq.command, "metrics") == 0;
+
     setenv("TENFERRO_CLIENT_NAME", "tenferroctl", 0);
     tf_client *c = NULL;
-    tf_status st = tf_connect(socket_path, &c);
+    tf_status st = tf_connect(rq.socket_path, &c);
     if (st != TF_OK) {
-        fprintf(stderr, "tenferroctl: %s: %s\n", tf_status_name(st), tf_client_last_error(c));
-        tf_disconnect(c);
-        return 1;
+        if (metrics) tfctl_print_metrics_down(stdout); /* a scraper still learns the daemon is down */
+        rc = report(c, st);
+    } else if (rq.admin_kind) {
+        rc = cmd_admin(c, rq.admin_kind, rq.client_id);
+    } else if (metrics) {
+        rc = cmd_report(c, tfctl_print_metrics);
+    } else {
+        rc = cmd_report(c, rq.json ? tfctl_print_status_json : tfctl_print_status_text);
     }
-    int rc = cmd_status(c);
     tf_disconnect(c);
     return rc;
 }

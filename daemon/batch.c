@@ -1,13 +1,15 @@
 /*
  * Batches: validates the operations a submission carries, one by one, against
- * the connection's tensor table and the shape rules, allocates each output on
- * the connection's stream, and enqueues the accepted prefix. The first invalid
- * operation stops the batch: everything before it stays enqueued and valid,
- * nothing from it on is created, and the result names its index.
+ * the connection's tensor table, the shape rules and the quotas (quota.c),
+ * allocates each output on the connection's stream, and enqueues the accepted
+ * prefix. The first invalid (or over-quota) operation stops the batch:
+ * everything before it stays enqueued and valid, nothing from it on is
+ * created, and the result names its index.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "daemon/quota.h"
 #include "daemon/server.h"
 
 _Static_assert((int)TF__OP_ADD == TENFERRO__OP_KIND__OP_ADD, "op kinds match the proto");
@@ -74,8 +76,13 @@ static tf_status prepare_free(tfd_conn *c, const Tenferro__Op *op, chain *ch, ch
     return TF_OK;
 }
 
-/* Validates one compute operation, allocates its output and appends its item. */
-static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, chain *ch, char *msg, size_t len) {
+/*
+ * Validates one compute operation, checks its output against the quotas
+ * (`accepted` operations of this batch are ahead of it, not yet on the
+ * stream), allocates the output and appends its item.
+ */
+static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accepted, chain *ch,
+                            char *msg, size_t len) {
     tf__op_kind kind = (tf__op_kind)op->kind;
     int arity = tf__op_arity(kind);
     if (op->kind >= TF__OP_KIND_COUNT || arity <= 0) {
@@ -123,13 +130,15 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, chain *ch, char
         return TF_ERR_INVALID_ARGUMENT;
     }
     tfd_tensor rec = {.id = op->output, .meta = out_meta, .bytes = tf__meta_bytes(&out_meta)};
-    st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
+    st = tfd_quota_check(c, rec.bytes, 1, accepted + 1, msg, len);
+    if (st == TF_OK) st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
     if (st != TF_OK) {
         tfd_item_free(it);
         return st;
     }
     if (tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
-        c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data);
+        c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data,
+                                 rec.bytes);
         tfd_executor_note_free(c->srv->ex, rec.bytes);
         snprintf(msg, len, "out of host memory");
         tfd_item_free(it);
@@ -159,7 +168,8 @@ void tfd_batch_enqueue(tfd_conn *c, Tenferro__Op **ops, size_t n_ops, tfd_batch_
         tfd_item *before = ch.last;
         tf_status st = ops[i]->kind == TF__OP_FREE
                            ? prepare_free(c, ops[i], &ch, out->message, sizeof out->message)
-                           : prepare_op(c, ops[i], &ch, out->message, sizeof out->message);
+                           : prepare_op(c, ops[i], out->accepted, &ch, out->message,
+                                        sizeof out->message);
         if (st != TF_OK) {
             out->status = st;
             out->has_failed_index = 1;

@@ -111,6 +111,11 @@ static int set_group_name(tfd_options *opt, void *field, const char *value, char
 
 static int set_device(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
     (void)field;
+    /* A bare ordinal N means cuda:N: the systemd unit passes its instance name (tenferrod@0, @cpu). */
+    if (value[0] && strspn(value, "0123456789") == strlen(value) && strlen(value) <= 4) {
+        snprintf(opt->device, sizeof opt->device, "cuda:%s", value);
+        return 0;
+    }
     if (strcmp(value, "auto") != 0 && strcmp(value, "cpu") != 0 && strncmp(value, "cuda:", 5) != 0) {
         snprintf(err, len, "device \"%s\" is not auto, cpu or cuda:N", value);
         return -1;
@@ -276,7 +281,7 @@ static const setting settings[] = {
     {"daemon", "socket", "socket", 0, set_socket, 0, "Unix socket path"},
     {"daemon", "socket_mode", "socket-mode", AT(socket_mode), set_mode, 0, "socket permission bits (0660)"},
     {"daemon", "socket_group", "socket-group", 0, set_group_name, 0, "group owning the socket"},
-    {"daemon", "device", "device", 0, set_device, 0, "auto, cpu or cuda:N"},
+    {"daemon", "device", "device", 0, set_device, 0, "auto, cpu, cuda:N or N (= cuda:N)"},
     {"daemon", "workers", "workers", AT(workers), set_int, 0, "executor threads (0 = one per core)"},
     {"daemon", "max_frame_bytes", "max-frame-bytes", AT(max_frame_bytes), set_frame, 0, "largest frame (64M)"},
     {"daemon", "max_clients", "max-clients", AT(max_clients), set_int, 1, "connections served at once (256)"},

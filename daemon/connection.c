@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "daemon/log.h"
+#include "daemon/notify.h"
 #include "daemon/server.h"
 
 #define READ_CHUNK (64 * 1024)
@@ -116,12 +117,14 @@ static void maybe_free(tfd_conn *c) {
     if (c->next) c->next->prev = c->prev;
     srv->n_conns--;
     srv->counters.connections_closed++;
+    tfd_notify_clients(srv->n_conns);
     tfd_stream_destroy(c->stream);
     tfd_tensor_table_destroy(&c->tensors);
     free(c->rbuf);
     tfd_log(TFD_LOG_DEBUG, "client %llu gone", (unsigned long long)c->client_id);
     free(c);
     if (srv->stopping && srv->n_conns == 0) tfd_server_begin_shutdown(srv);
+    tfd_server_drain_check(srv);
 }
 
 static void on_pipe_closed(uv_handle_t *h) {
@@ -286,6 +289,7 @@ void tfd_conn_accept(tfd_server *srv) {
     srv->conns = c;
     srv->n_conns++;
     srv->counters.connections_accepted++;
+    tfd_notify_clients(srv->n_conns);
     tfd_log(TFD_LOG_DEBUG, "client %llu connected (pid %d uid %u)", (unsigned long long)c->client_id,
             (int)c->pid, (unsigned)c->uid);
     uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);

@@ -37,6 +37,9 @@ void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
     case TENFERRO__FRAME__BODY_STATUS_REQUEST:
         tfd_handle_status(c, frame);
         return;
+    case TENFERRO__FRAME__BODY_ADMIN_REQUEST:
+        tfd_handle_admin(c, frame);
+        return;
     case TENFERRO__FRAME__BODY_HELLO_REPLY:
     case TENFERRO__FRAME__BODY_RESULT:
     case TENFERRO__FRAME__BODY_DOWNLOAD_REPLY:

@@ -222,7 +222,7 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
         complete_item(s, it);
         return;
     case TFD_ITEM_FREE:
-        be->vt->free(be, s->native, it->u.free.ptr);
+        be->vt->free(be, s->native, it->u.free.ptr, it->u.free.bytes);
         tfd_executor_note_free(ex, it->u.free.bytes);
         break;
     case TFD_ITEM_MARKER:

@@ -1,12 +1,34 @@
 /*
  * Hello: the handshake. Checks the protocol version, records the client's
- * name, creates its logical stream and answers with the daemon's limits.
+ * name, admits the peer ([access], access.c), creates its logical stream at
+ * the peer's priority class and answers with the daemon's limits.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "daemon/access.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+
+/*
+ * The gates a peer passes before it is served: not while draining (a typed
+ * answer rather than a refused socket), not beyond max_clients, and only the
+ * users and groups [access] allows. Returns TF_OK, or the refusal and why.
+ */
+static tf_status admit_peer(tfd_conn *c, char *msg, size_t len) {
+    tfd_server *srv = c->srv;
+    if (srv->draining) {
+        snprintf(msg, len, "tenferrod is draining; connect to another daemon or retry after it restarts");
+        return TF_ERR_BUSY;
+    }
+    if (srv->opt.max_clients > 0 && srv->n_conns > srv->opt.max_clients) {
+        snprintf(msg, len, "tenferrod already serves its maximum of %d clients; retry later",
+                 srv->opt.max_clients);
+        return TF_ERR_TOO_MANY_CLIENTS;
+    }
+    return tfd_access_check(&srv->opt, c->uid, c->gid, msg, len) == TF_OK ? TF_OK
+                                                                         : TF_ERR_PERMISSION;
+}
 
 void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_server *srv = c->srv;
@@ -34,23 +56,25 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         return;
     }
     tf__frame_free(frame);
-    if (srv->opt.max_clients > 0 && srv->n_conns > srv->opt.max_clients) {
+    char msg[256];
+    tf_status refusal = admit_peer(c, msg, sizeof msg);
+    if (refusal != TF_OK) {
         srv->counters.connections_refused++;
-        tfd_conn_reply(c, seq, TF_ERR_TOO_MANY_CLIENTS,
-                       "tenferrod already serves its maximum of %d clients; retry later",
-                       srv->opt.max_clients);
+        tfd_log(TFD_LOG_WARN, "client %llu (pid %d uid %u) refused: %s",
+                (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid, msg);
+        tfd_conn_reply(c, seq, refusal, "%s", msg);
         tfd_conn_close(c);
         return;
     }
-    char msg[256];
-    if (tfd_stream_create(srv->ex, 0, &c->stream, msg, sizeof msg) != TF_OK) {
+    c->priority = tfd_access_priority(&srv->opt, c->uid, c->gid);
+    if (tfd_stream_create(srv->ex, c->priority, &c->stream, msg, sizeof msg) != TF_OK) {
         tfd_conn_reply(c, seq, TF_ERR_DEVICE, "%s", msg);
         tfd_conn_close(c);
         return;
     }
     c->hello_done = 1;
-    tfd_log(TFD_LOG_INFO, "client %llu connected: pid %d uid %u name %s",
-            (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid, c->name);
+    tfd_log(TFD_LOG_INFO, "client %llu connected: pid %d uid %u name %s priority %d",
+            (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid, c->name, c->priority);
 
     Tenferro__Frame out = TENFERRO__FRAME__INIT;
     Tenferro__HelloReply reply = TENFERRO__HELLO_REPLY__INIT;

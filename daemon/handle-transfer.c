@@ -10,9 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/quota.h"
 #include "daemon/server.h"
 
-/* Creates the tensor an Upload announces, after checking its handle, shape and carried write. */
+/*
+ * Creates the tensor an Upload announces, after checking its handle, shape,
+ * carried write and the quotas.
+ */
 static tf_status create_tensor(tfd_conn *c, const Tenferro__Upload *up, char *msg, size_t len) {
     if (up->tensor == 0 || tfd_tensor_table_find(&c->tensors, up->tensor)) {
         snprintf(msg, len, "tensor handle %llu is zero or already in use on this connection",
@@ -38,7 +42,8 @@ static tf_status create_tensor(tfd_conn *c, const Tenferro__Upload *up, char *ms
                  rec.bytes);
         return TF_ERR_INVALID_ARGUMENT;
     }
-    st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
+    st = tfd_quota_check(c, rec.bytes, 1, 0, msg, len);
+    if (st == TF_OK) st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
     if (st != TF_OK) return st;
     if (tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
         tfd_free_tensor_storage(c, &rec);

@@ -18,6 +18,7 @@
 #include "daemon/backend/registry.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
+#include "daemon/notify.h"
 #include "daemon/server.h"
 
 uint64_t tfd_now_ms(void) {
@@ -116,8 +117,10 @@ static void on_device_lost(void *arg, const char *reason) {
 void tfd_server_reload(tfd_server *srv) {
     tfd_options next;
     char err[512];
+    tfd_notify_reloading();
     if (tfd_startup_options(&srv->startup, &next, err, sizeof err) != 0) {
         tfd_log(TFD_LOG_ERROR, "reload refused, keeping the running configuration: %s", err);
+        tfd_notify_reloaded();
         return;
     }
     tfd_options *cur = &srv->opt;
@@ -141,6 +144,7 @@ void tfd_server_reload(tfd_server *srv) {
     tfd_log_set_level((tfd_log_level)cur->log_level);
     tfd_log(TFD_LOG_INFO, "configuration reloaded from %s",
             srv->startup.config_path[0] ? srv->startup.config_path : "the command line");
+    tfd_notify_reloaded();
 }
 
 static void on_hup(uv_signal_t *h, int signum) {
@@ -158,6 +162,7 @@ static void on_signal(uv_signal_t *h, int signum) {
 void tfd_server_begin_shutdown(tfd_server *srv) {
     if (!srv->stopping) {
         srv->stopping = 1;
+        tfd_notify_stopping(srv->device_error);
         uv_close((uv_handle_t *)&srv->listener, NULL);
         unlink(srv->opt.socket_path);
         for (tfd_conn *c = srv->conns, *next; c; c = next) {
@@ -173,6 +178,18 @@ void tfd_server_begin_shutdown(tfd_server *srv) {
         uv_close((uv_handle_t *)&srv->sig_hup, NULL);
         tfd_executor_stop(srv->ex);
     }
+}
+
+int tfd_server_client_count(const tfd_server *srv) {
+    int n = 0;
+    for (const tfd_conn *c = srv->conns; c; c = c->next) n += c->hello_done && !c->closing;
+    return n;
+}
+
+void tfd_server_drain_check(tfd_server *srv) {
+    if (!srv->draining || srv->stopping || tfd_server_client_count(srv) > 0) return;
+    tfd_log(TFD_LOG_INFO, "drained: the last client left; exiting");
+    tfd_server_begin_shutdown(srv);
 }
 
 int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
@@ -243,6 +260,7 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
     tfd_log(TFD_LOG_INFO, "tenferrod %s serving %s on %s (%d worker%s, policy %s)",
             TFD_VERSION_STRING, srv->backend.description, srv->opt.socket_path, workers,
             workers == 1 ? "" : "s", srv->opt.policy == TFD_POLICY_WAIT ? "wait" : "reject");
+    tfd_notify_ready(srv->backend.description, srv->opt.socket_path);
 
     uv_run(srv->loop, UV_RUN_DEFAULT);
 

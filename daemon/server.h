@@ -78,6 +78,7 @@ typedef struct tfd_options {
     X(batches)                \
     X(ops_accepted)           \
     X(ops_rejected)           \
+    X(quota_refusals)         \
     X(sessions_opened)        \
     X(sessions_closed)        \
     X(sessions_released)      \
@@ -90,7 +91,8 @@ typedef struct tfd_options {
     X(tensors_created)        \
     X(tensors_freed)          \
     X(bytes_uploaded)         \
-    X(bytes_downloaded)
+    X(bytes_downloaded)       \
+    X(clients_terminated)
 
 typedef struct tfd_counters {
 #define TFD_COUNTER_FIELD_(name) uint64_t name;
@@ -183,6 +185,10 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup);
 /* Re-reads the configuration (SIGHUP); keeps the running one if the new one is bad. */
 void tfd_server_reload(tfd_server *srv);
 void tfd_server_begin_shutdown(tfd_server *srv);
+/* Clients past their handshake whose connection is not closing. */
+int tfd_server_client_count(const tfd_server *srv);
+/* During an admin drain: starts the shutdown once no client past its handshake is left. */
+void tfd_server_drain_check(tfd_server *srv);
 
 /* Connection plumbing (connection.c). */
 void tfd_conn_accept(tfd_server *srv);
@@ -208,6 +214,7 @@ void tfd_handle_session_open(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_submit(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_session_release(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_admin(tfd_conn *c, Tenferro__Frame *frame);
 
 /* Admission (admission.c): the reservation table applied to connections. */
 /*

@@ -4,7 +4,7 @@
 set -eu
 
 PACKAGES="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler check \
-libsubunit-dev libinih-dev libsystemd-dev libopenblas-dev libfftw3-dev"
+libsubunit-dev libinih-dev libsystemd-dev libopenblas-dev libfftw3-dev systemd"
 
 missing=""
 for p in $PACKAGES; do

@@ -55,9 +55,12 @@ typedef struct tfd_backend_vtable {
     tf_status (*stream_create)(tfd_backend *be, int priority, void **stream);
     void (*stream_destroy)(tfd_backend *be, void *stream);
 
-    /* Device memory, ordered on `stream` where the device supports it. */
+    /*
+     * Device memory, ordered on `stream` where the device supports it. free
+     * gets the stream and the byte count the pointer was allocated with.
+     */
     tf_status (*alloc)(tfd_backend *be, void *stream, size_t bytes, void **ptr);
-    void (*free)(tfd_backend *be, void *stream, void *ptr);
+    void (*free)(tfd_backend *be, void *stream, void *ptr, size_t bytes);
 
     /* Copies between host memory and device memory, ordered on `stream`. */
     tf_status (*copy_to_device)(tfd_backend *be, void *stream, void *dst, const void *src,
@@ -89,6 +92,14 @@ typedef struct tfd_backend_vtable {
      * every later result unreliable (a CUDA context poisoned by a kernel fault).
      */
     tf_status (*health)(tfd_backend *be, char *msg, size_t msg_len);
+
+    /*
+     * Optional (NULL = nothing to trim): returns memory the device keeps cached
+     * for reuse (a memory pool's free blocks) to the system, without waiting on
+     * any stream. Called from the loop thread; msg says what was done, or why
+     * it failed.
+     */
+    tf_status (*trim)(tfd_backend *be, char *msg, size_t msg_len);
 } tfd_backend_vtable;
 
 struct tfd_backend {

@@ -103,9 +103,10 @@ static tf_status cpu_alloc(tfd_backend *be, void *stream, size_t bytes, void **p
     return TF_OK;
 }
 
-static void cpu_free(tfd_backend *be, void *stream, void *ptr) {
+static void cpu_free(tfd_backend *be, void *stream, void *ptr, size_t bytes) {
     (void)be;
     (void)stream;
+    (void)bytes;
     free(ptr);
 }
 

@@ -4,12 +4,14 @@
  * families (kernels in cuda-kernels.cu, matrix products in cuda-matmul.c).
  *
  * Everything is asynchronous on the logical stream's CUDA stream: operations
- * are launches, copies are cudaMemcpyAsync, and memory comes from the
- * device's default memory pool with cudaMallocAsync/cudaFreeAsync, its release
- * threshold raised to the maximum so freed memory is kept for reuse instead of
- * going back to the driver. The executor learns of completion through events:
- * event_record records one after the work it covers, and the completion thread
- * waits on it, which is where a kernel fault surfaces.
+ * are launches, copies are cudaMemcpyAsync, and memory comes from each
+ * stream's block cache (cuda-alloc.c), which takes slabs and large blocks from
+ * the device's default memory pool with cudaMallocAsync/cudaFreeAsync, the
+ * pool's release threshold raised to the maximum so freed memory is kept for
+ * reuse instead of going back to the driver. The executor learns of
+ * completion through events: event_record records one after the work it
+ * covers, and the completion thread waits on it, which is where a kernel
+ * fault surfaces.
  *
  * Threads: the loop thread (stream_create/destroy, alloc), the workers (ops,
  * copies, free, event_record) and the completion thread (event_wait/destroy)
@@ -57,6 +59,7 @@ typedef struct cuda_impl {
     int sm_count;
     int prio_least, prio_greatest; /* CUDA's range: lower numbers are more urgent */
     cudaMemPool_t pool;
+    tfd_cuda_heap heap;   /* every stream, for trim (cuda-alloc.c) */
     pthread_mutex_t lock; /* guards the two pools below */
     tfd_cuda_stream *free_streams;
     int n_free_streams;
@@ -224,8 +227,9 @@ int tfd_cuda_device_count(void) {
     return n > 0 ? n : 0;
 }
 
-/* Creates a CUDA stream of priority `prio` and a cuBLAS handle bound to it. */
-static tf_status new_stream(int prio, tfd_cuda_stream **out, char *msg, size_t msg_len) {
+/* Creates a CUDA stream of priority `prio`, a cuBLAS handle bound to it, and its block cache. */
+static tf_status new_stream(cuda_impl *impl, int prio, tfd_cuda_stream **out, char *msg,
+                            size_t msg_len) {
     tf_status st = TF_OK;
     tfd_cuda_stream *s = calloc(1, sizeof *s);
     if (s == NULL) {
@@ -239,6 +243,8 @@ static tf_status new_stream(int prio, tfd_cuda_stream **out, char *msg, size_t m
     TFD_CUBLAS_CHECK_GOTO(cublasSetStream(s->blas, s->stream), st, msg, msg_len, fail);
     /* Full-precision products, as on the CPU: no TF32 unless a later option asks for it. */
     TFD_CUBLAS_CHECK_GOTO(cublasSetMathMode(s->blas, CUBLAS_DEFAULT_MATH), st, msg, msg_len, fail);
+    st = tfd_cuda_cache_attach(&impl->heap, s, msg, msg_len);
+    if (st != TF_OK) goto fail;
     *out = s;
     return TF_OK;
 fail:
@@ -248,8 +254,17 @@ fail:
     return st;
 }
 
-/* Destroys a stream for good; cublasDestroy synchronizes the device, so only close and overflow. */
-static void delete_stream(tfd_cuda_stream *s) {
+/*
+ * Destroys a stream for good, its cached memory first; cublasDestroy
+ * synchronizes the device, so only close and overflow. Without a usable
+ * device only the host side is freed.
+ */
+static void delete_stream(tfd_cuda_stream *s, int device_ok) {
+    tfd_cuda_cache_detach(s, device_ok);
+    if (!device_ok) {
+        free(s);
+        return;
+    }
     cublasStatus_t bs = cublasDestroy(s->blas);
     if (bs != CUBLAS_STATUS_SUCCESS)
         (void)tfd_cublas_fail(bs, "cublasDestroy(s->blas)", __FILE__, __LINE__, NULL, 0);
@@ -264,10 +279,7 @@ static void drain_pools(cuda_impl *impl, int device_ok) {
     while (impl->free_streams != NULL) {
         tfd_cuda_stream *s = impl->free_streams;
         impl->free_streams = s->next;
-        if (device_ok)
-            delete_stream(s);
-        else
-            free(s);
+        delete_stream(s, device_ok);
     }
     impl->n_free_streams = 0;
     for (int i = 0; i < impl->n_free_events; i++)
@@ -295,6 +307,12 @@ static tf_status cuda_open(tfd_backend *be, int ordinal, char *msg, size_t msg_l
     }
     impl->ordinal = ordinal;
     if (pthread_mutex_init(&impl->lock, NULL) != 0) {
+        free(impl);
+        snprintf(msg, msg_len, "cuda: cannot initialise a mutex");
+        return TF_ERR_INTERNAL;
+    }
+    if (tfd_cuda_heap_init(&impl->heap) != 0) {
+        pthread_mutex_destroy(&impl->lock);
         free(impl);
         snprintf(msg, msg_len, "cuda: cannot initialise a mutex");
         return TF_ERR_INTERNAL;
@@ -338,7 +356,7 @@ static tf_status cuda_open(tfd_backend *be, int ordinal, char *msg, size_t msg_l
         tfd_cuda_stream *s = NULL;
         int prio = 0 < impl->prio_least ? impl->prio_least : 0;
         if (prio < impl->prio_greatest) prio = impl->prio_greatest;
-        st = new_stream(prio, &s, msg, msg_len);
+        st = new_stream(impl, prio, &s, msg, msg_len);
         if (st != TF_OK) goto fail;
         s->next = impl->free_streams;
         impl->free_streams = s;
@@ -360,6 +378,7 @@ static tf_status cuda_open(tfd_backend *be, int ordinal, char *msg, size_t msg_l
 
 fail:
     drain_pools(impl, !atomic_load(&poisoned));
+    tfd_cuda_heap_destroy(&impl->heap);
     pthread_mutex_destroy(&impl->lock);
     free(impl);
     be->impl = NULL;
@@ -385,6 +404,7 @@ static void cuda_close(tfd_backend *be) {
     pthread_mutex_lock(&impl->lock);
     drain_pools(impl, device_ok);
     pthread_mutex_unlock(&impl->lock);
+    tfd_cuda_heap_destroy(&impl->heap);
     pthread_mutex_destroy(&impl->lock);
     free(impl);
     be->impl = NULL;
@@ -392,11 +412,18 @@ static void cuda_close(tfd_backend *be) {
 
 /* ---- streams ---- */
 
-/* Clamps a requested priority into CUDA's range (lower is more urgent; 0 is the default). */
+/*
+ * Maps a priority class onto CUDA's range (lower is more urgent): any class
+ * above normal (negative: "high" is -1) gets the greatest priority the device
+ * has, any class below it (positive) the least, normal (0) CUDA's default
+ * clamped into the range. Passing -1 through would give "high" only one step
+ * of the device's range (0 to -5 on an H200).
+ */
 static int clamp_priority(const cuda_impl *impl, int priority) {
-    if (priority < impl->prio_greatest) return impl->prio_greatest;
-    if (priority > impl->prio_least) return impl->prio_least;
-    return priority;
+    if (priority < 0) return impl->prio_greatest;
+    if (priority > 0) return impl->prio_least;
+    int normal = 0 < impl->prio_least ? 0 : impl->prio_least;
+    return normal < impl->prio_greatest ? impl->prio_greatest : normal;
 }
 
 /* Takes a pooled stream of the same priority when there is one, else creates one. */
@@ -422,7 +449,7 @@ static tf_status cuda_stream_create(tfd_backend *be, int priority, void **stream
     }
     pthread_mutex_unlock(&impl->lock);
     if (s == NULL) {
-        st = new_stream(prio, &s, msg, sizeof msg);
+        st = new_stream(impl, prio, &s, msg, sizeof msg);
         if (st != TF_OK) {
             log_failure("stream_create", st, msg);
             return st;
@@ -434,14 +461,19 @@ static tf_status cuda_stream_create(tfd_backend *be, int priority, void **stream
 }
 
 /*
- * Returns an idle stream to the pool. The caller has waited for its last
- * marker; anything enqueued after that (frees) simply runs before the next
- * owner's work, which is what stream order means.
+ * Returns an idle stream to the pool, its cached large blocks and idle slabs
+ * given back except the slab being carved: the next owner reuses that and
+ * the small blocks freed into it. The caller has waited for its last marker;
+ * anything enqueued after that (frees) simply runs before the next owner's
+ * work, which is what stream order means.
  */
 static void cuda_stream_destroy(tfd_backend *be, void *stream) {
     cuda_impl *impl = be->impl;
     tfd_cuda_stream *s = stream;
     if (s == NULL || impl == NULL) return;
+    char msg[256];
+    const int device_ok = enter(impl, msg, sizeof msg) == TF_OK;
+    if (device_ok) (void)tfd_cuda_cache_release(s, 1);
     pthread_mutex_lock(&impl->lock);
     if (impl->n_free_streams < STREAM_POOL_MAX) {
         s->next = impl->free_streams;
@@ -451,16 +483,15 @@ static void cuda_stream_destroy(tfd_backend *be, void *stream) {
     }
     pthread_mutex_unlock(&impl->lock);
     if (s == NULL) return;
-    char msg[256];
-    if (enter(impl, msg, sizeof msg) == TF_OK)
-        delete_stream(s);
-    else
-        free(s);
+    delete_stream(s, device_ok);
 }
 
 /* ---- memory ---- */
 
-/* Stream-ordered allocation from the device pool; usable by work enqueued on `stream` after it. */
+/*
+ * Stream-ordered allocation from the stream's block cache (cuda-alloc.c);
+ * usable by work enqueued on `stream` after it.
+ */
 static tf_status cuda_alloc(tfd_backend *be, void *stream, size_t bytes, void **ptr) {
     cuda_impl *impl = be->impl;
     tfd_cuda_stream *s = stream;
@@ -468,20 +499,21 @@ static tf_status cuda_alloc(tfd_backend *be, void *stream, size_t bytes, void **
     *ptr = NULL;
     tf_status st = enter(impl, msg, sizeof msg);
     if (st != TF_OK) goto fail;
+    if (s != NULL) {
+        st = tfd_cuda_cache_alloc(s, bytes, ptr, msg, sizeof msg);
+        if (st != TF_OK) goto fail;
+        return TF_OK;
+    }
     if (bytes < MIN_ALLOC) bytes = MIN_ALLOC;
     void *p = NULL;
-    if (s != NULL) {
-        TFD_CUDA_CHECK_GOTO(cudaMallocAsync(&p, bytes, s->stream), st, msg, sizeof msg, fail);
-    } else {
-        /* No stream to order on: allocate, then make the memory usable from every stream. */
-        TFD_CUDA_CHECK_GOTO(cudaMallocFromPoolAsync(&p, bytes, impl->pool, 0), st, msg,
-                            sizeof msg, fail);
-        cudaError_t e = cudaStreamSynchronize(0);
-        if (e != cudaSuccess) {
-            st = tfd_cuda_fail(e, "cudaStreamSynchronize(0)", __FILE__, __LINE__, msg, sizeof msg);
-            (void)cudaFree(p);
-            goto fail;
-        }
+    /* No stream to order on: allocate from the pool, then make it usable from every stream. */
+    TFD_CUDA_CHECK_GOTO(cudaMallocFromPoolAsync(&p, bytes, impl->pool, 0), st, msg, sizeof msg,
+                        fail);
+    cudaError_t e = cudaStreamSynchronize(0);
+    if (e != cudaSuccess) {
+        st = tfd_cuda_fail(e, "cudaStreamSynchronize(0)", __FILE__, __LINE__, msg, sizeof msg);
+        (void)cudaFree(p);
+        goto fail;
     }
     *ptr = p;
     return TF_OK;
@@ -490,17 +522,24 @@ fail:
     return st;
 }
 
-/* Stream-ordered free: the memory returns to the pool once the stream's earlier work is done. */
-static void cuda_free(tfd_backend *be, void *stream, void *ptr) {
+/*
+ * Stream-ordered free into the stream's block cache: the block is reused by
+ * work enqueued on the stream after this call (see cuda-alloc.c for why that
+ * is safe). Without a stream, memory from the unordered alloc goes back at once.
+ */
+static void cuda_free(tfd_backend *be, void *stream, void *ptr, size_t bytes) {
     cuda_impl *impl = be->impl;
     tfd_cuda_stream *s = stream;
     char msg[256];
     if (ptr == NULL) return;
     if (enter(impl, msg, sizeof msg) != TF_OK) return; /* a poisoned context frees nothing */
-    cudaError_t e = s != NULL ? cudaFreeAsync(ptr, s->stream) : cudaFree(ptr);
+    if (s != NULL) {
+        tfd_cuda_cache_free(s, ptr, bytes);
+        return;
+    }
+    cudaError_t e = cudaFree(ptr);
     if (e != cudaSuccess)
-        (void)tfd_cuda_fail(e, s != NULL ? "cudaFreeAsync(ptr, s->stream)" : "cudaFree(ptr)",
-                            __FILE__, __LINE__, NULL, 0);
+        (void)tfd_cuda_fail(e, "cudaFree(ptr)", __FILE__, __LINE__, NULL, 0);
 }
 
 /*
@@ -849,6 +888,32 @@ static void cuda_event_destroy(tfd_backend *be, void *event) {
         (void)tfd_cuda_fail(e, "cudaEventDestroy(event)", __FILE__, __LINE__, NULL, 0);
 }
 
+/*
+ * Gives every stream's cached large blocks and idle slabs back to the device
+ * pool, then releases the free blocks the pool keeps (its release threshold
+ * is "keep everything", see cuda_open) back to the driver. Memory still in
+ * use, or freed by work a stream has not reached yet, stays; nothing waits.
+ */
+static tf_status cuda_trim(tfd_backend *be, char *msg, size_t msg_len) {
+    cuda_impl *impl = be->impl;
+    tf_status st = enter(impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    uint64_t before = 0, after = 0;
+    const size_t cached = tfd_cuda_heap_release(&impl->heap);
+    TFD_CUDA_CHECK_RET(
+        cudaMemPoolGetAttribute(impl->pool, cudaMemPoolAttrReservedMemCurrent, &before), msg,
+        msg_len);
+    TFD_CUDA_CHECK_RET(cudaMemPoolTrimTo(impl->pool, 0), msg, msg_len);
+    TFD_CUDA_CHECK_RET(
+        cudaMemPoolGetAttribute(impl->pool, cudaMemPoolAttrReservedMemCurrent, &after), msg,
+        msg_len);
+    snprintf(msg, msg_len,
+             "cuda:%d stream caches gave back %zu bytes; memory pool trimmed: %llu bytes "
+             "reserved before, %llu after",
+             impl->ordinal, cached, (unsigned long long)before, (unsigned long long)after);
+    return TF_OK;
+}
+
 /* The device is lost for good once the context is poisoned. */
 static tf_status cuda_health(tfd_backend *be, char *msg, size_t msg_len) {
     (void)be;
@@ -877,4 +942,5 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,
     .health = cuda_health,
+    .trim = cuda_trim,
 };

@@ -74,6 +74,7 @@ int th_daemon_start(th_daemon *d, ...) {
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
             fprintf(stderr, "harness: tenferrod exited at start; log %s\n", d->log_path);
+            d->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
             d->pid = 0;
             return -1;
         }
@@ -89,6 +90,39 @@ int th_daemon_stop(th_daemon *d) {
     int rc = th_wait(d->pid);
     d->pid = 0;
     unlink(d->socket);
+    if (rc == 0) unlink(d->log_path);
+    return rc;
+}
+
+char *th_daemon_log(const th_daemon *d) {
+    FILE *f = fopen(d->log_path, "r");
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    if (!out) abort();
+    if (f) {
+        char buf[4096];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, out);
+        fclose(f);
+    }
+    fclose(out);
+    return text;
+}
+
+int th_daemon_wait(th_daemon *d, int timeout_ms) {
+    if (d->pid <= 0) return -1;
+    for (int waited = 0;; waited += 10) {
+        siginfo_t info = {0};
+        /* WNOWAIT: only look, so th_wait below reaps it and decodes the status as usual. */
+        if (waitid(P_PID, (id_t)d->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            info.si_pid == d->pid)
+            break;
+        if (waited >= timeout_ms) return -1;
+        sleep_ms(10);
+    }
+    int rc = th_wait(d->pid);
+    d->pid = 0;
     if (rc == 0) unlink(d->log_path);
     return rc;
 }
@@ -205,7 +239,7 @@ Tenferro__Frame *th_raw_hello(int fd, uint32_t version) {
 }
 
 /* Asks for the status report on a fresh raw connection. */
-static Tenferro__Frame *status_report(const th_daemon *d) {
+Tenferro__Frame *th_status_report(const th_daemon *d) {
     int fd = th_raw_connect(d);
     if (fd < 0) return NULL;
     Tenferro__Frame *hello = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
@@ -225,7 +259,7 @@ static Tenferro__Frame *status_report(const th_daemon *d) {
 }
 
 uint64_t th_counter(const th_daemon *d, const char *name) {
-    Tenferro__Frame *r = status_report(d);
+    Tenferro__Frame *r = th_status_report(d);
     if (!r) {
         fprintf(stderr, "harness: no status report\n");
         abort();
@@ -250,7 +284,7 @@ int th_wait_counter(const th_daemon *d, const char *name, uint64_t value, int ti
 }
 
 int th_client_count(const th_daemon *d) {
-    Tenferro__Frame *r = status_report(d);
+    Tenferro__Frame *r = th_status_report(d);
     if (!r) return -1;
     /* The status request's own connection is listed too. */
     int n = (int)r->status_reply->n_clients - 1;

@@ -21,6 +21,7 @@ typedef struct th_daemon {
     pid_t pid;
     char socket[108];
     char log_path[128];
+    int exit_status; /* tenferrod's status (as th_wait) when th_daemon_start failed as it exited */
 } th_daemon;
 
 /*
@@ -32,6 +33,15 @@ int th_daemon_start(th_daemon *d, ...);
 
 /* SIGTERM, then waits; returns the daemon's exit status (0 = clean), or -1. */
 int th_daemon_stop(th_daemon *d);
+
+/*
+ * Waits up to timeout_ms for the daemon to exit by itself (an admin drain);
+ * returns its exit status, or -1 while it is still running.
+ */
+int th_daemon_wait(th_daemon *d, int timeout_ms);
+
+/* What the daemon has written to its log (its stderr) so far: a malloc'd string, "" if none. */
+char *th_daemon_log(const th_daemon *d);
 
 /* The device the suite runs against ("cpu", "cuda:0"). */
 const char *th_device(void);
@@ -53,6 +63,61 @@ int th_wait_counter(const th_daemon *d, const char *name, uint64_t value, int ti
 
 /* Number of clients the status report lists (connected, past the handshake). */
 int th_client_count(const th_daemon *d);
+
+/* The status report (a StatusReply frame, caller frees with tf__frame_free), or NULL. */
+Tenferro__Frame *th_status_report(const th_daemon *d);
+
+/*
+ * ---- assertions: Check in the test process, stderr plus exit status in children ----
+ * (the CK_ macros need <check.h> and <string.h>; the CHILD_ ones <stdio.h> and <unistd.h>.)
+ */
+
+/*
+ * In the test process: `call` must return `want`; the message names the call and the client's
+ * error.
+ */
+#define CK_STATUS(c, call, want)                                                                  \
+    do {                                                                                          \
+        tf_status st_ = (call);                                                                   \
+        ck_assert_msg(st_ == (want), "%s returned %s, expected %s: %s", #call,                    \
+                      tf_status_name(st_), tf_status_name(want), tf_client_last_error(c));        \
+    } while (0)
+
+/* In the test process: starts tenferrod with extra arguments (at least one) or fails the test. */
+#define CK_DAEMON_START(d, ...)                                                                   \
+    ck_assert_msg(th_daemon_start((d), __VA_ARGS__, (char *)NULL) == 0,                           \
+                  "tenferrod did not start (log %s)", (d)->log_path)
+
+/* In the test process: stops tenferrod with SIGTERM and fails the test unless it exited 0. */
+#define CK_DAEMON_STOP(d)                                                                         \
+    do {                                                                                          \
+        char log_[sizeof (d)->log_path];                                                          \
+        memcpy(log_, (d)->log_path, sizeof log_);                                                 \
+        int rc_ = th_daemon_stop(d);                                                              \
+        ck_assert_msg(rc_ == 0, "tenferrod exited with status %d at SIGTERM (log %s)", rc_, log_); \
+    } while (0)
+
+/* In a child: report a failed condition and make the child exit with status 1. */
+#define CHILD_CHECK(cond)                                                                         \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            fprintf(stderr, "[child %d] %s:%d: check failed: %s\n", (int)getpid(), __FILE__,      \
+                    __LINE__, #cond);                                                             \
+            return 1;                                                                             \
+        }                                                                                         \
+    } while (0)
+
+/* In a child: `call` must return `want`. */
+#define CHILD_STATUS(c, call, want)                                                               \
+    do {                                                                                          \
+        tf_status st_ = (call);                                                                   \
+        if (st_ != (want)) {                                                                      \
+            fprintf(stderr, "[child %d] %s:%d: %s returned %s, expected %s: %s\n", (int)getpid(), \
+                    __FILE__, __LINE__, #call, tf_status_name(st_), tf_status_name(want),         \
+                    tf_client_last_error(c));                                                     \
+            return 1;                                                                             \
+        }                                                                                         \
+    } while (0)
 
 /* ---- raw frames, for bad-input tests ---- */
 

@@ -40,40 +40,7 @@
 /* How long the parent waits for a counter to reach its value. */
 #define COUNTER_TIMEOUT_MS 30000
 
-/* ---- assertions: Check in the test process, stderr plus exit status in children ---- */
-
-/*
- * In the test process: `call` must return `want`; the message names the call and the client's
- * error.
- */
-#define CK_STATUS(c, call, want)                                                                  \
-    do {                                                                                          \
-        tf_status st_ = (call);                                                                   \
-        ck_assert_msg(st_ == (want), "%s returned %s, expected %s: %s", #call,                    \
-                      tf_status_name(st_), tf_status_name(want), tf_client_last_error(c));        \
-    } while (0)
-
-/* In a child: report a failed condition and make the child exit with status 1. */
-#define CHILD_CHECK(cond)                                                                         \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "[child %d] %s:%d: check failed: %s\n", (int)getpid(), __FILE__,      \
-                    __LINE__, #cond);                                                             \
-            return 1;                                                                             \
-        }                                                                                         \
-    } while (0)
-
-/* In a child: `call` must return `want`. */
-#define CHILD_STATUS(c, call, want)                                                               \
-    do {                                                                                          \
-        tf_status st_ = (call);                                                                   \
-        if (st_ != (want)) {                                                                      \
-            fprintf(stderr, "[child %d] %s:%d: %s returned %s, expected %s: %s\n", (int)getpid(), \
-                    __FILE__, __LINE__, #call, tf_status_name(st_), tf_status_name(want),         \
-                    tf_client_last_error(c));                                                     \
-            return 1;                                                                             \
-        }                                                                                         \
-    } while (0)
+/* ---- assertions: CK_STATUS, CHILD_CHECK and CHILD_STATUS come from harness.h ---- */
 
 /*
  * A child must not outlive the test process that spawned it (a failed test would leave it waiting).

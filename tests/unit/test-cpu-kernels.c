@@ -69,6 +69,7 @@ static tfd_backend be;
 static void *stream;
 static char msg[512];
 static void *dev_allocs[MAX_ALLOCS], *host_allocs[MAX_ALLOCS];
+static size_t dev_bytes[MAX_ALLOCS]; /* what each of dev_allocs was allocated with */
 static int n_dev_allocs, n_host_allocs;
 
 static void setup(void) {
@@ -85,7 +86,7 @@ static void setup(void) {
 
 /* Frees everything, so the sanitizer's leak check only ever reports the backend's own leaks. */
 static void teardown(void) {
-    for (int i = 0; i < n_dev_allocs; i++) be.vt->free(&be, stream, dev_allocs[i]);
+    for (int i = 0; i < n_dev_allocs; i++) be.vt->free(&be, stream, dev_allocs[i], dev_bytes[i]);
     for (int i = 0; i < n_host_allocs; i++) free(host_allocs[i]);
     n_dev_allocs = n_host_allocs = 0;
     be.vt->stream_destroy(&be, stream);
@@ -157,6 +158,7 @@ static tfd_tensor_view dev_tensor(tf_dtype dt, int rank, const int64_t *shape) {
     ck_assert_int_lt(n_dev_allocs, MAX_ALLOCS);
     tf_status st = be.vt->alloc(&be, stream, bytes_of(&v), &v.data);
     ck_assert_msg(st == TF_OK, "alloc %zu bytes: %s", bytes_of(&v), tf_status_name(st));
+    dev_bytes[n_dev_allocs] = bytes_of(&v);
     dev_allocs[n_dev_allocs++] = v.data;
     return v;
 }
@@ -678,7 +680,7 @@ START_TEST(test_backend_lifecycle) {
         ck_assert_ptr_nonnull(p);
         ck_assert_uint_eq((uintptr_t)p % (sizes[i] > 4096 ? 64 : 16), 0);
         memset(p, 0x5A, sizes[i] < 64 ? 64 : sizes[i]); /* at least 64 bytes are usable */
-        be.vt->free(&be, stream, p);
+        be.vt->free(&be, stream, p, sizes[i]);
     }
     void *huge = (void *)1;
     ck_assert_int_eq(be.vt->alloc(&be, stream, SIZE_MAX - 8, &huge), TF_ERR_NO_MEMORY);

@@ -152,7 +152,7 @@ static void teardown(void) {
         ck_assert_uint_eq(tfd_stream_queued(streams[i]), 0);
     }
     for (int i = 0; i < n_allocs; i++) {
-        be.vt->free(&be, tfd_stream_native(streams[0]), allocs[i].ptr);
+        be.vt->free(&be, tfd_stream_native(streams[0]), allocs[i].ptr, allocs[i].bytes);
         tfd_executor_note_free(ex, allocs[i].bytes);
     }
     ck_assert_uint_eq(atomic_load(&counters()->device_bytes_live), 0);

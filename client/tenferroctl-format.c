@@ -1,0 +1,349 @@
+/*
+ * Renderings of a StatusReply for tenferroctl: readable sections for an
+ * operator, one JSON object for scripts, and the Prometheus text exposition
+ * format (version 0.0.4) for a scraper. All three print the same report; only
+ * the form differs. Strings that come from clients (their names) are escaped
+ * for each format: JSON gets \u escapes and U+FFFD for bytes that are not
+ * UTF-8 (a name cut at the daemon's 63-byte limit can end mid-character),
+ * Prometheus label values get \\, \" and \n.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "client/tenferroctl.h"
+
+/* ---- text ---- */
+
+/* Prints a duration in ms as the most readable unit. */
+static void print_age(FILE *out, uint64_t ms) {
+    if (ms < 10000)
+        fprintf(out, "%" PRIu64 "ms", ms);
+    else
+        fprintf(out, "%.1fs", (double)ms / 1000.0);
+}
+
+/* Prints one quota line ("per client: device bytes unlimited, ..."); 0 means unlimited. */
+static void print_quota(FILE *out, const char *who, const Tenferro__Quota *q) {
+    if (!q) return;
+    const char *names[4] = {"device bytes", "pinned bytes", "tensors", "queued ops"};
+    uint64_t limits[4] = {q->device_bytes, q->pinned_bytes, q->live_tensors, q->queued_ops};
+    fprintf(out, "  %-11s", who);
+    for (int i = 0; i < 4; i++) {
+        fprintf(out, "%s %s ", i ? "," : "", names[i]);
+        if (limits[i])
+            fprintf(out, "%" PRIu64, limits[i]);
+        else
+            fputs("unlimited", out);
+    }
+    fputc('\n', out);
+}
+
+void tfctl_print_status_text(FILE *out, const Tenferro__StatusReply *s) {
+    fprintf(out, "device:   %s\n", s->device);
+    fprintf(out, "version:  tenferrod %s, up ", s->daemon_version);
+    print_age(out, s->uptime_ms);
+    fprintf(out, ", reservation policy %s\n", s->policy);
+    if (s->device_error && s->device_error[0])
+        fprintf(out, "DEVICE LOST: %s (tenferrod is exiting for its service manager to restart it)\n",
+                s->device_error);
+    if (s->draining)
+        fprintf(out, "DRAINING: new connections are refused; tenferrod exits when its last client "
+                     "leaves\n");
+
+    fprintf(out, "\nlimits:\n  max clients %u%s\n", s->max_clients,
+            s->max_clients ? "" : " (unlimited)");
+    print_quota(out, "per client:", s->client_quota);
+    print_quota(out, "per uid:", s->uid_quota);
+
+    fprintf(out, "\nclients (%zu):\n", s->n_clients);
+    fprintf(out, "  %-6s %-8s %-6s %-20s %8s %12s %8s %s\n", "id", "pid", "uid", "name", "tensors",
+            "bytes", "queued", "session");
+    for (size_t i = 0; i < s->n_clients; i++) {
+        const Tenferro__ClientInfo *ci = s->clients[i];
+        char session[32] = "-";
+        if (ci->session_id)
+            snprintf(session, sizeof session, "held %" PRIu64, ci->session_id);
+        else if (ci->scoped_active)
+            snprintf(session, sizeof session, "scoped");
+        fprintf(out, "  %-6" PRIu64 " %-8d %-6u %-20s %8" PRIu64 " %12" PRIu64 " %8" PRIu64 " %s\n",
+                ci->client_id, ci->pid, ci->uid, ci->name, ci->live_tensors, ci->live_bytes,
+                ci->queued_items, session);
+    }
+
+    fprintf(out, "\nreservations:\n");
+    for (size_t i = 0; i < s->n_reservations; i++) {
+        const Tenferro__ReservationInfo *r = s->reservations[i];
+        fprintf(out, "  domain %u: ", r->domain);
+        if (r->holder_client_id) {
+            fprintf(out, "held by client %" PRIu64 " (pid %d), session %" PRIu64 ", for ",
+                    r->holder_client_id, r->holder_pid, r->session_id);
+            print_age(out, r->age_ms);
+        } else {
+            fprintf(out, "free");
+        }
+        fprintf(out, "; queued openers: %zu", r->n_queued_client_ids);
+        for (size_t j = 0; j < r->n_queued_client_ids; j++)
+            fprintf(out, "%s%" PRIu64, j ? ", " : " [", r->queued_client_ids[j]);
+        fprintf(out, "%s\n", r->n_queued_client_ids ? "]" : "");
+    }
+
+    fprintf(out, "\ncounters:\n");
+    for (size_t i = 0; i < s->n_counters; i++)
+        fprintf(out, "  %-26s %" PRIu64 "\n", s->counters[i]->name, s->counters[i]->value);
+}
+
+/* ---- quoting ---- */
+
+/* Length of the well-formed UTF-8 sequence starting at s, or 0 when none starts there. */
+static size_t utf8_length(const unsigned char *s) {
+    size_t n;
+    uint32_t cp, min;
+    if (s[0] < 0x80) return 1;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) {
+        n = 2, cp = s[0] & 0x1f, min = 0x80;
+    } else if ((s[0] & 0xf0) == 0xe0) {
+        n = 3, cp = s[0] & 0x0f, min = 0x800;
+    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+        n = 4, cp = s[0] & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0; /* also stops at the terminating NUL */
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+/*
+ * Writes str between double quotes, escaped for JSON (json = 1: \", \\, \n, \t and
+ * \u00XX for other control characters) or for a Prometheus label value (json = 0:
+ * \", \\ and \n). Bytes that are not UTF-8 become U+FFFD in both.
+ */
+static void write_quoted(FILE *out, const char *str, int json) {
+    const unsigned char *s = (const unsigned char *)(str ? str : "");
+    fputc('"', out);
+    while (*s) {
+        size_t n = utf8_length(s);
+        if (n != 1) {
+            if (n == 0)
+                fputs(json ? "\\ufffd" : "\xef\xbf\xbd", out);
+            else
+                fwrite(s, 1, n, out);
+            s += n ? n : 1;
+            continue;
+        }
+        unsigned char ch = *s++;
+        if (ch == '"' || ch == '\\')
+            fprintf(out, "\\%c", ch);
+        else if (ch == '\n')
+            fputs("\\n", out);
+        else if (json && ch == '\t')
+            fputs("\\t", out);
+        else if (json && (ch < 0x20 || ch == 0x7f))
+            fprintf(out, "\\u%04x", ch);
+        else
+            fputc(ch, out);
+    }
+    fputc('"', out);
+}
+
+/* Writes str as a JSON string. */
+static void json_string(FILE *out, const char *str) { write_quoted(out, str, 1); }
+
+/* ---- JSON ---- */
+
+/* Writes a quota object, or null when the daemon sent none. */
+static void json_quota(FILE *out, const Tenferro__Quota *q) {
+    if (!q) {
+        fputs("null", out);
+        return;
+    }
+    fprintf(out,
+            "{\"device_bytes\":%" PRIu64 ",\"pinned_bytes\":%" PRIu64 ",\"live_tensors\":%" PRIu64
+            ",\"queued_ops\":%" PRIu64 "}",
+            q->device_bytes, q->pinned_bytes, q->live_tensors, q->queued_ops);
+}
+
+/* Writes one client; "session" is null, {"kind":"held","id":N} or {"kind":"scoped"}. */
+static void json_client(FILE *out, const Tenferro__ClientInfo *ci) {
+    fprintf(out, "{\"id\":%" PRIu64 ",\"pid\":%d,\"uid\":%u,\"gid\":%u,\"name\":", ci->client_id,
+            ci->pid, ci->uid, ci->gid);
+    json_string(out, ci->name);
+    fprintf(out,
+            ",\"live_tensors\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"pinned_bytes\":%" PRIu64
+            ",\"queued_items\":%" PRIu64 ",\"priority\":%d,\"session\":",
+            ci->live_tensors, ci->live_bytes, ci->pinned_bytes, ci->queued_items, ci->priority);
+    if (ci->session_id)
+        fprintf(out, "{\"kind\":\"held\",\"id\":%" PRIu64 "}}", ci->session_id);
+    else
+        fputs(ci->scoped_active ? "{\"kind\":\"scoped\"}}" : "null}", out);
+}
+
+/* Writes one reservation; the holder's fields are null while the domain is free. */
+static void json_reservation(FILE *out, const Tenferro__ReservationInfo *r) {
+    fprintf(out, "{\"domain\":%u,", r->domain);
+    if (r->holder_client_id)
+        fprintf(out,
+                "\"holder_client_id\":%" PRIu64 ",\"holder_pid\":%d,\"session_id\":%" PRIu64
+                ",\"age_ms\":%" PRIu64 ",",
+                r->holder_client_id, r->holder_pid, r->session_id, r->age_ms);
+    else
+        fputs("\"holder_client_id\":null,\"holder_pid\":null,\"session_id\":null,\"age_ms\":null,",
+              out);
+    fputs("\"queued\":[", out);
+    for (size_t j = 0; j < r->n_queued_client_ids; j++)
+        fprintf(out, "%s%" PRIu64, j ? "," : "", r->queued_client_ids[j]);
+    fputs("]}", out);
+}
+
+void tfctl_print_status_json(FILE *out, const Tenferro__StatusReply *s) {
+    fputs("{\"device\":", out);
+    json_string(out, s->device);
+    fputs(",\"version\":", out);
+    json_string(out, s->daemon_version);
+    fprintf(out, ",\"uptime_ms\":%" PRIu64 ",\"policy\":", s->uptime_ms);
+    json_string(out, s->policy);
+    fprintf(out, ",\"draining\":%s,\"device_error\":", s->draining ? "true" : "false");
+    if (s->device_error && s->device_error[0])
+        json_string(out, s->device_error);
+    else
+        fputs("null", out);
+    fprintf(out, ",\"max_clients\":%u,\"quotas\":{\"client\":", s->max_clients);
+    json_quota(out, s->client_quota);
+    fputs(",\"uid\":", out);
+    json_quota(out, s->uid_quota);
+    fputs("},\"clients\":[", out);
+    for (size_t i = 0; i < s->n_clients; i++) {
+        if (i) fputc(',', out);
+        json_client(out, s->clients[i]);
+    }
+    fputs("],\"reservations\":[", out);
+    for (size_t i = 0; i < s->n_reservations; i++) {
+        if (i) fputc(',', out);
+        json_reservation(out, s->reservations[i]);
+    }
+    fputs("],\"counters\":{", out);
+    for (size_t i = 0; i < s->n_counters; i++) {
+        if (i) fputc(',', out);
+        json_string(out, s->counters[i]->name);
+        fprintf(out, ":%" PRIu64, s->counters[i]->value);
+    }
+    fputs("}}\n", out);
+}
+
+/* ---- Prometheus ---- */
+
+/* Writes a metric family's HELP and TYPE lines. */
+static void prom_family(FILE *out, const char *name, const char *type, const char *help) {
+    fprintf(out, "# HELP tenferrod_%s %s\n# TYPE tenferrod_%s %s\n", name, help, name, type);
+}
+
+/* Writes a label value with Prometheus escapes. */
+static void prom_label_value(FILE *out, const char *v) { write_quoted(out, v, 0); }
+
+/* A family of one unlabelled sample. */
+static void prom_gauge(FILE *out, const char *name, const char *help, double value) {
+    prom_family(out, name, "gauge", help);
+    fprintf(out, "tenferrod_%s %.15g\n", name, value);
+}
+
+/* Per-client gauges: each family has one sample per client. */
+enum { CLIENT_LIVE_BYTES, CLIENT_LIVE_TENSORS, CLIENT_PINNED_BYTES, CLIENT_QUEUED_ITEMS };
+static const struct {
+    const char *name, *help;
+} client_gauges[] = {
+    [CLIENT_LIVE_BYTES] = {"client_live_bytes", "Device bytes of a client's live tensors."},
+    [CLIENT_LIVE_TENSORS] = {"client_live_tensors", "Live tensors of a client."},
+    [CLIENT_PINNED_BYTES] = {"client_pinned_bytes", "Pinned host bytes of a client's buffers."},
+    [CLIENT_QUEUED_ITEMS] = {"client_queued_items", "Stream items of a client not yet executed."},
+};
+
+/* The value of per-client gauge `which` for one client. */
+static uint64_t client_value(const Tenferro__ClientInfo *ci, int which) {
+    switch (which) {
+    case CLIENT_LIVE_BYTES: return ci->live_bytes;
+    case CLIENT_LIVE_TENSORS: return ci->live_tensors;
+    case CLIENT_PINNED_BYTES: return ci->pinned_bytes;
+    default: return ci->queued_items;
+    }
+}
+
+/* Writes the per-client families, labelled client, pid, uid and name. */
+static void prom_clients(FILE *out, const Tenferro__StatusReply *s) {
+    for (int m = 0; m < (int)(sizeof client_gauges / sizeof *client_gauges); m++) {
+        prom_family(out, client_gauges[m].name, "gauge", client_gauges[m].help);
+        for (size_t i = 0; i < s->n_clients; i++) {
+            const Tenferro__ClientInfo *ci = s->clients[i];
+            fprintf(out, "tenferrod_%s{client=\"%" PRIu64 "\",pid=\"%d\",uid=\"%u\",name=",
+                    client_gauges[m].name, ci->client_id, ci->pid, ci->uid);
+            prom_label_value(out, ci->name);
+            fprintf(out, "} %" PRIu64 "\n", client_value(ci, m));
+        }
+    }
+}
+
+/* Writes the reservation families, labelled by execution domain. */
+static void prom_reservations(FILE *out, const Tenferro__StatusReply *s) {
+    static const char *const names[2] = {"reservation_held", "reservation_queued"};
+    static const char *const helps[2] = {
+        "1 while a held session has the execution domain reserved.",
+        "Openers queued for the execution domain (policy wait)."};
+    for (int m = 0; m < 2; m++) {
+        prom_family(out, names[m], "gauge", helps[m]);
+        for (size_t i = 0; i < s->n_reservations; i++) {
+            const Tenferro__ReservationInfo *r = s->reservations[i];
+            uint64_t v = m == 0 ? (r->holder_client_id != 0) : r->n_queued_client_ids;
+            fprintf(out, "tenferrod_%s{domain=\"%u\"} %" PRIu64 "\n", names[m], r->domain, v);
+        }
+    }
+}
+
+/*
+ * Writes one daemon counter: a name ending in _live is a live value (a gauge),
+ * every other one a running total (a counter, named with _total). A character
+ * a metric name cannot hold becomes '_'.
+ */
+static void prom_counter(FILE *out, const Tenferro__Counter *k) {
+    char metric[128];
+    size_t n = 0;
+    for (const char *p = k->name; *p && n + sizeof "_total" < sizeof metric; p++) {
+        char ch = *p;
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        metric[n++] = ok ? ch : '_';
+    }
+    metric[n] = '\0';
+    int gauge = n >= 5 && strcmp(metric + n - 5, "_live") == 0;
+    if (!gauge) strcat(metric, "_total");
+    prom_family(out, metric, gauge ? "gauge" : "counter",
+                gauge ? "Live value reported by tenferrod." : "Running total kept by tenferrod.");
+    fprintf(out, "tenferrod_%s %" PRIu64 "\n", metric, k->value);
+}
+
+void tfctl_print_metrics(FILE *out, const Tenferro__StatusReply *s) {
+    prom_gauge(out, "up", "1 when tenferrod answered the status request.", 1);
+    prom_family(out, "info", "gauge", "The daemon's device, version and reservation policy.");
+    fputs("tenferrod_info{device=", out);
+    prom_label_value(out, s->device);
+    fputs(",version=", out);
+    prom_label_value(out, s->daemon_version);
+    fputs(",policy=", out);
+    prom_label_value(out, s->policy);
+    fputs("} 1\n", out);
+    prom_gauge(out, "uptime_seconds", "Seconds since tenferrod started.",
+               (double)s->uptime_ms / 1000.0);
+    prom_gauge(out, "clients", "Clients connected past the handshake.", (double)s->n_clients);
+    prom_gauge(out, "max_clients", "Connections served at once (0 = unlimited).",
+               (double)s->max_clients);
+    prom_gauge(out, "draining", "1 while an admin drain refuses new connections.", s->draining);
+    prom_gauge(out, "device_lost", "1 once the device was declared lost (tenferrod exits).",
+               s->device_error && s->device_error[0]);
+    prom_reservations(out, s);
+    for (size_t i = 0; i < s->n_counters; i++) prom_counter(out, s->counters[i]);
+    prom_clients(out, s);
+}
+
+void tfctl_print_metrics_down(FILE *out) {
+    prom_gauge(out, "up", "1 when tenferrod answered the status request.", 0);
+}

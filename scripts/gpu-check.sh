@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# The one command for the GPU machine: tests and GPU benchmarks of a build made elsewhere.
+#
+#   scripts/gpu-check.sh [build-dir] [out-dir]      (defaults: build-gpu, ${OUT:-/tmp/gpu-out})
+#
+# Run from the repository root, after `make STATIC_DEPS=1 BUILD=build-gpu all` on the build
+# machine and with build-gpu carried over. In order:
+#   1. the device (nvidia-smi -L) and the driver version;
+#   2. the unit tests in <build-dir>/tests (those with a source in tests/unit/);
+#   3. the integration suites in <build-dir>/tests (the others), against
+#      TENFERRO_DAEMON=<build-dir>/tenferrod with TENFERRO_TEST_DEVICE=cuda:0;
+#   4. <build-dir>/tenferrod --device cuda:0 on a private socket, every
+#      <build-dir>/bench/gpu/* benchmark with that socket, then SIGTERM (exit 0 expected).
+# Each suite and benchmark runs under a timeout, and the timeouts shrink so that the whole
+# run stays inside GPU_CHECK_BUDGET seconds (default 420); whatever does not fit is
+# reported as skipped, which counts as a failure.
+#
+# Writes <out-dir>/gpu-check.log (everything), <out-dir>/summary.txt (device, driver, date,
+# per-suite check counts parsed from Check's "Checks: N, Failures: F, Errors: E" lines,
+# per-benchmark status, all BENCH lines), one log per suite and benchmark under
+# <out-dir>/suites and <out-dir>/bench, the benchmark daemon's log, and the logs that failed
+# integration tests left in /tmp. The summary is written as the run goes, so a run cut short
+# still leaves what it did. Exits 1 when a suite or benchmark failed or was skipped, or the
+# daemon did not start or stop cleanly; 2 on bad usage.
+#
+# Knobs (environment): SUITE_TIMEOUT (300 s), BENCH_TIMEOUT (180 s), GPU_CHECK_BUDGET (420 s),
+# BENCH_RESERVE (150 s kept for the benchmarks while the suites run), CK_TIMEOUT_MULTIPLIER
+# (2: Check's per-test timeouts, since a CUDA daemon takes longer to start than a CPU one),
+# GPU_CHECK_DEVICE (cuda:0; another device, or cpu to try the script on a machine without a GPU).
+set -u
+
+build=${1:-build-gpu}
+out=${2:-${OUT:-/tmp/gpu-out}}
+SUITE_TIMEOUT=${SUITE_TIMEOUT:-300}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-180}
+GPU_CHECK_BUDGET=${GPU_CHECK_BUDGET:-420}
+BENCH_RESERVE=${BENCH_RESERVE:-150}
+export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-2}
+DEVICE=${GPU_CHECK_DEVICE:-cuda:0}
+
+# Unit tests by name, for builds whose sources are not next to them.
+KNOWN_UNIT="test-cpu-kernels test-executor test-frame test-id-table test-reservation test-shape-rules test-cuda-backend"
+# Integration suites run first, in this order; any other integration test follows.
+PREFERRED_INTEGRATION="test-sessions test-bad-input test-operations"
+
+if [ ! -x "$build/tenferrod" ] || [ ! -x "$build/tenferroctl" ] || [ ! -d "$build/tests" ]; then
+    echo "gpu-check.sh: $build has no tenferrod, tenferroctl or tests/: build it first" \
+         "(make STATIC_DEPS=1 BUILD=$build all)" >&2
+    exit 2
+fi
+mkdir -p "$out/suites" "$out/bench" "$out/test-daemon-logs" || exit 2
+log="$out/gpu-check.log"
+summary="$out/summary.txt"
+
+# Appends a line to the summary.
+note() { printf '%s\n' "$*" >>"$summary"; }
+
+# Seconds a step may take: at most $1, and no more than the budget leaves after keeping $2.
+time_for() {
+    local cap=$1 keep=$2 left
+    left=$((deadline - SECONDS - keep))
+    if [ "$left" -lt "$cap" ]; then echo "$left"; else echo "$cap"; fi
+}
+
+# Prints "checks failures errors runners" summed over Check's summary lines in file $1.
+check_counts() {
+    grep -E 'Checks: [0-9]+, Failures: [0-9]+, Errors: [0-9]+' "$1" |
+        awk '{ for (i = 1; i < NF; i++) {
+                   if ($i == "Checks:") c += $(i + 1)
+                   if ($i == "Failures:") f += $(i + 1)
+                   if ($i == "Errors:") e += $(i + 1)
+               } }
+             END { printf "%d %d %d %d\n", c, f, e, NR }'
+}
+
+# 0 when test binary $1 is a unit test (by its source, else by the known list).
+is_unit() {
+    local name=$1
+    if [ -f "tests/unit/$name.c" ]; then return 0; fi
+    if [ -f "tests/integration/$name.c" ]; then return 1; fi
+    case " $KNOWN_UNIT " in *" $name "*) return 0 ;; esac
+    return 1
+}
+
+# Runs test binary $2 of kind $1 (unit|integration) and records its row in the summary.
+run_suite() {
+    local kind=$1 path=$2 name limit started rc counts checks fails errs runners result
+    name=$(basename "$path")
+    limit=$(time_for "$SUITE_TIMEOUT" "$BENCH_RESERVE")
+    if [ "$limit" -lt 20 ]; then
+        echo "== $kind $name: SKIPPED (time budget spent)"
+        note "$(printf '%-22s %-11s %-9s' "$name" "$kind" SKIPPED)"
+        failures=$((failures + 1))
+        return
+    fi
+    echo "== $kind $name (timeout ${limit}s)"
+    # Unit suites get the device too: test-cuda-backend runs only when it names a GPU.
+    local envs=("TENFERRO_TEST_DEVICE=$DEVICE")
+    if [ "$kind" = integration ]; then
+        envs+=("TENFERRO_DAEMON=$daemon_abs")
+    fi
+    started=$SECONDS
+    env "${envs[@]}" timeout -k 10 "$limit" "$path" 2>&1 | tee "$out/suites/$name.log"
+    rc=${PIPESTATUS[0]}
+    counts=$(check_counts "$out/suites/$name.log")
+    read -r checks fails errs runners <<<"$counts"
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+        result=TIMEOUT
+    elif [ "$rc" = 0 ] && [ "$fails" = 0 ] && [ "$errs" = 0 ]; then
+        result=pass
+        [ "$runners" = 0 ] && result="pass(?)" # exit 0 without a Check summary line
+    else
+        result=FAIL
+    fi
+    case $result in TIMEOUT | FAIL) failures=$((failures + 1)) ;; esac
+    echo "== $kind $name: $result (exit $rc; checks $checks, failures $fails, errors $errs; $((SECONDS - started)) s)"
+    note "$(printf '%-22s %-11s %-9s %6s %6s %6s %6s %5s %4s' "$name" "$kind" "$result" \
+        "$checks" "$((checks - fails - errs))" "$fails" "$errs" "$rc" "$((SECONDS - started))s")"
+}
+
+# Stops the benchmark daemon: SIGTERM, up to 30 s, then SIGKILL. Sets daemon_rc.
+stop_daemon() {
+    daemon_rc=none
+    [ -n "$dpid" ] || return
+    kill -TERM "$dpid" 2>/dev/null
+    local waited=0
+    while kill -0 "$dpid" 2>/dev/null && [ "$waited" -lt 300 ]; do
+        sleep 0.1
+        waited=$((waited + 1))
+    done
+    if kill -0 "$dpid" 2>/dev/null; then
+        echo "gpu-check: tenferrod did not exit within 30 s of SIGTERM: killing it"
+        kill -KILL "$dpid" 2>/dev/null
+    fi
+    wait "$dpid"
+    daemon_rc=$?
+    dpid=
+}
+
+# Runs on exit (trap): a daemon still running is killed, the private socket folder removed.
+# shellcheck disable=SC2317
+cleanup() {
+    if [ -n "${dpid:-}" ]; then kill -KILL "$dpid" 2>/dev/null; fi
+    if [ -n "${workdir:-}" ]; then rm -rf "$workdir"; fi
+}
+
+main() {
+    deadline=$((SECONDS + GPU_CHECK_BUDGET))
+    failures=0
+    dpid=
+    workdir=$(mktemp -d /tmp/tf-gpu-check-XXXXXX) || exit 2
+    trap cleanup EXIT
+    touch "$workdir/start"
+    daemon_abs="$(cd "$build" && pwd)/tenferrod"
+
+    local devices driver date_utc commit
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        devices=$(nvidia-smi -L 2>&1)
+        driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -n 1)
+    else
+        devices="nvidia-smi not found"
+        driver=unknown
+    fi
+    date_utc=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
+    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    echo "# tenferrod GPU check: build $build, commit $commit, $date_utc"
+    echo "# device: $devices"
+    echo "# driver: $driver"
+    if command -v nvidia-smi >/dev/null 2>&1; then
+        nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,persistence_mode,compute_mode \
+            --format=csv 2>&1 | sed 's/^/# /'
+    fi
+    echo "# machine: $(nproc) cpus, $(uname -sr); CK_TIMEOUT_MULTIPLIER=$CK_TIMEOUT_MULTIPLIER"
+
+    : >"$summary"
+    note "tenferrod GPU check"
+    note "date:    $date_utc"
+    note "device:  $devices"
+    note "driver:  $driver"
+    note "build:   $build (commit $commit), daemon and integration suites on $DEVICE"
+    note ""
+    note "$(printf '%-22s %-11s %-9s %6s %6s %6s %6s %5s %4s' suite kind result checks passed failed errors exit time)"
+
+    # ---- suites: unit tests, then integration suites ----
+    local t name ordered=()
+    for t in "$build"/tests/test-*; do
+        if [ ! -f "$t" ] || [ ! -x "$t" ]; then continue; fi
+        is_unit "$(basename "$t")" && run_suite unit "$t"
+    done
+    for name in $PREFERRED_INTEGRATION; do
+        [ -x "$build/tests/$name" ] && ordered+=("$build/tests/$name")
+    done
+    for t in "$build"/tests/test-*; do
+        if [ ! -f "$t" ] || [ ! -x "$t" ]; then continue; fi
+        name=$(basename "$t")
+        is_unit "$name" && continue
+        case " $PREFERRED_INTEGRATION " in *" $name "*) continue ;; esac
+        ordered+=("$t")
+    done
+    for t in "${ordered[@]}"; do run_suite integration "$t"; done
+    find /tmp -maxdepth 1 -name 'tf-test-*.log' -newer "$workdir/start" -print 2>/dev/null |
+        while read -r f; do tail -c 1000000 "$f" >"$out/test-daemon-logs/$(basename "$f")"; done
+
+    # ---- benchmarks against one cuda:0 daemon ----
+    note ""
+    note "$(printf '%-22s %-9s %5s %4s' benchmark result exit time)"
+    local sock="$workdir/tenferrod.sock" dlog="$out/tenferrod-bench.log" ready=0 i
+    echo "== starting $build/tenferrod --device $DEVICE --socket $sock"
+    "$build/tenferrod" --device "$DEVICE" --socket "$sock" 2>"$dlog" &
+    dpid=$!
+    for i in $(seq 1 300); do
+        if ! kill -0 "$dpid" 2>/dev/null; then break; fi
+        if [ -S "$sock" ] && "$build/tenferroctl" --socket "$sock" status >/dev/null 2>&1; then
+            ready=1
+            break
+        fi
+        sleep 0.1
+    done
+    if [ "$ready" != 1 ]; then
+        echo "gpu-check: tenferrod --device $DEVICE did not start (after ${i} polls); its log:"
+        cat "$dlog"
+        note "$(printf '%-22s %-9s' daemon-start FAIL)"
+        failures=$((failures + 1))
+        stop_daemon
+    else
+        echo "# daemon: $("$build/tenferroctl" --socket "$sock" status | sed -n 's/^device:[[:space:]]*//p')"
+        local b limit started rc
+        for b in "$build"/bench/gpu/*; do
+            if [ ! -f "$b" ] || [ ! -x "$b" ]; then continue; fi
+            name=$(basename "$b")
+            limit=$(time_for "$BENCH_TIMEOUT" 15)
+            if [ "$limit" -lt 20 ]; then
+                echo "== bench $name: SKIPPED (time budget spent)"
+                note "$(printf '%-22s %-9s' "$name" SKIPPED)"
+                failures=$((failures + 1))
+                continue
+            fi
+            echo "== bench $name (timeout ${limit}s)"
+            started=$SECONDS
+            timeout -k 10 "$limit" "$b" "$sock" 2>&1 | tee "$out/bench/$name.log"
+            rc=${PIPESTATUS[0]}
+            if [ "$rc" = 0 ]; then result=ok; elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then result=TIMEOUT; else result=FAIL; fi
+            [ "$rc" = 0 ] || failures=$((failures + 1))
+            echo "== bench $name: $result (exit $rc, $((SECONDS - started)) s)"
+            note "$(printf '%-22s %-9s %5s %4s' "$name" "$result" "$rc" "$((SECONDS - started))s")"
+            if ! kill -0 "$dpid" 2>/dev/null; then
+                echo "gpu-check: tenferrod died during $name; its log:"
+                tail -n 50 "$dlog"
+                note "$(printf '%-22s %-9s' daemon DIED)"
+                failures=$((failures + 1))
+                break
+            fi
+        done
+        echo "== stopping tenferrod (SIGTERM)"
+        stop_daemon
+        if [ "$daemon_rc" = 0 ]; then
+            echo "== tenferrod exited 0"
+            note "$(printf '%-22s %-9s %5s' daemon-stop ok 0)"
+        else
+            echo "gpu-check: tenferrod exited with status $daemon_rc after SIGTERM; its log ends:"
+            tail -n 50 "$dlog"
+            note "$(printf '%-22s %-9s %5s' daemon-stop FAIL "$daemon_rc")"
+            failures=$((failures + 1))
+        fi
+    fi
+
+    note ""
+    note "BENCH lines:"
+    cat "$out"/bench/*.log 2>/dev/null | grep '^BENCH ' >>"$summary"
+    note ""
+    if [ "$failures" = 0 ]; then
+        note "overall: PASS ($SECONDS s)"
+    else
+        note "overall: FAIL ($failures failed or skipped steps; $SECONDS s)"
+    fi
+    echo
+    echo "===== summary ($summary)"
+    cat "$summary"
+    [ "$failures" = 0 ]
+}
+
+main 2>&1 | tee "$log"
+exit "${PIPESTATUS[0]}"
