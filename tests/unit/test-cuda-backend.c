@@ -21,6 +21,8 @@
  * of summed terms times the largest term, so that cancellation cannot fail a
  * correct kernel. A NaN must meet a NaN. GPU outputs are filled with NaN
  * bytes first, so an element a kernel forgets to write fails the comparison.
+ * The per-stream block cache (cuda-alloc.c) must keep live blocks disjoint
+ * and intact while it hands freed ones back, to their own stream only.
  *
  * When it runs: only when TENFERRO_TEST_DEVICE starts with "cuda" ("cuda:N"
  * picks the ordinal) and /dev/nvidiactl exists; otherwise it prints a skip
