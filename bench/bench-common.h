@@ -50,4 +50,51 @@ void bench_report(const char *name, double tenferrod, double baseline, const cha
 /* Pauses ms milliseconds (lets spinning BLAS threads of the other side go idle). */
 void bench_sleep_ms(int ms);
 
+/*
+ * Times one pending transfer (submit to the return of its wait) between *buffer
+ * and *tensor, upload when `upload`, else download; returns nanoseconds. Both
+ * come back through the wait into the same variables; failures end the benchmark.
+ */
+double bench_pending_ns(const char *bench, tf_client *c, int upload, tf_pinned_buffer **buffer,
+                        tf_tensor *tensor);
+
+/*
+ * Times one blocking tf_upload of n f64 values from `data` (a new tensor, freed
+ * afterwards, outside the clock); returns nanoseconds.
+ */
+double bench_upload_ns(const char *bench, tf_client *c, const double *data, size_t n);
+
+/* Creates a pinned buffer of `bytes`, or ends the benchmark. */
+tf_pinned_buffer *bench_pinned(const char *bench, tf_client *c, size_t bytes);
+
+/* Uploads n f64 values as a rank-1 tensor, or ends the benchmark. */
+tf_tensor bench_tensor(const char *bench, tf_client *c, const double *data, size_t n);
+
+/* Fills n f64 values with a pattern that differs from round to round. */
+void bench_fill(double *x, size_t n, int round);
+
+/* Ends the benchmark unless tensor t holds exactly `want` (read by a blocking download). */
+void bench_expect_tensor(const char *bench, tf_client *c, tf_tensor t, const void *want,
+                         size_t bytes, const char *what);
+
+/*
+ * The floor any daemon on a Unix socket pays: a forked child that echoes
+ * BENCH_PING_BYTES-byte messages over a socketpair (blocking write, blocking
+ * read). Start it after connecting to the daemon; stop it to reap the child.
+ */
+#define BENCH_PING_BYTES 64
+typedef struct bench_echo {
+    int fd;
+    int pid;
+} bench_echo;
+
+/* Forks the echo child, or exits through bench_die. */
+void bench_echo_start(const char *bench, bench_echo *e);
+
+/* Times n ping-pongs into out[] (µs each); untimed when out is NULL. */
+void bench_echo_rounds(const char *bench, bench_echo *e, int n, double *out);
+
+/* Closes the socket and reaps the child, exiting through bench_die if it failed. */
+void bench_echo_stop(const char *bench, bench_echo *e);
+
 #endif

@@ -2,10 +2,15 @@
  * Connecting, the handshake, and the blocking transport: whole frames out with
  * send(MSG_NOSIGNAL) so a vanished daemon is an error and never a SIGPIPE,
  * whole frames in with their sequence number checked, through a receive
- * buffer so a small reply takes one recv. Any transport failure
- * marks the client broken: from then on every call is TF_ERR_DISCONNECTED.
+ * buffer so a small reply takes one recvmsg. File descriptors the daemon
+ * passes (the completion page with HelloReply, a pinned buffer with the
+ * Result of its BufferCreate) arrive as SCM_RIGHTS with the first byte of
+ * their frame; they wait in a small queue, tagged with the stream offsets
+ * they came with, until that frame claims them. Any transport failure marks
+ * the client broken: from then on every call is TF_ERR_DISCONNECTED.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,10 +73,55 @@ static tf_status write_all(tf_client *c, const uint8_t *buf, size_t len) {
  */
 #define RECV_SPIN_TRIES 200
 
+/* Descriptors one recvmsg can carry: one frame's, with room to notice more (MSG_CTRUNC). */
+#define RECV_FDS_PER_CALL 4
+
+/* Keeps the descriptors of one recvmsg, tagged with the stream offsets of its bytes. */
+static tf_status keep_fds(tf_client *c, struct msghdr *m, uint64_t from, uint64_t to) {
+    tf_status st = TF_OK;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(m); cm; cm = CMSG_NXTHDR(m, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+        size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        const unsigned char *p = CMSG_DATA(cm);
+        for (size_t i = 0; i < n; i++) {
+            int fd;
+            memcpy(&fd, p + i * sizeof fd, sizeof fd);
+            if (c->n_fds == TF__MAX_RECEIVED_FDS) {
+                close(fd);
+                st = broken(c, "the daemon sent more file descriptors than frames to claim them");
+                continue;
+            }
+            c->fds[c->n_fds++] = (tf__received_fd){fd, from, to};
+        }
+    }
+    if (st == TF_OK && (m->msg_flags & MSG_CTRUNC))
+        st = broken(c, "file descriptors from the daemon were truncated");
+    return st;
+}
+
+/* One recvmsg into the receive buffer's free space; returns its result like recv. */
+static ssize_t receive(tf_client *c, int flags, tf_status *st) {
+    uint8_t *end = c->rbuf + c->rstart + c->rlen;
+    struct iovec iov = {.iov_base = end, .iov_len = c->rcap - c->rstart - c->rlen};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int) * RECV_FDS_PER_CALL)];
+    } control;
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                       .msg_controllen = sizeof control.buf};
+    ssize_t n = recvmsg(c->fd, &m, flags | MSG_CMSG_CLOEXEC);
+    *st = TF_OK;
+    if (n > 0) {
+        if (m.msg_controllen > 0) *st = keep_fds(c, &m, c->received, c->received + (uint64_t)n);
+        c->received += (uint64_t)n;
+    }
+    return n;
+}
+
 /*
- * Makes `need` unused bytes available at c->rbuf + c->rstart. Each recv takes
- * as much as the socket holds, so a small reply costs one recv for header and
- * body together; bytes of the next reply stay buffered for the next call.
+ * Makes `need` unused bytes available at c->rbuf + c->rstart. Each recvmsg
+ * takes as much as the socket holds, so a small reply costs one call for
+ * header and body together; bytes of the next reply stay buffered for the next call.
  */
 static tf_status fill(tf_client *c, size_t need) {
     if (c->rlen >= need) return TF_OK;
@@ -88,9 +138,10 @@ static tf_status fill(tf_client *c, size_t need) {
     }
     int spins = RECV_SPIN_TRIES;
     while (c->rlen < need) {
-        uint8_t *end = c->rbuf + c->rstart + c->rlen;
+        tf_status fd_st;
         /* Poll briefly before sleeping: a reply that is microseconds away costs no wake-up. */
-        ssize_t n = recv(c->fd, end, c->rcap - c->rstart - c->rlen, spins > 0 ? MSG_DONTWAIT : 0);
+        ssize_t n = receive(c, spins > 0 ? MSG_DONTWAIT : 0, &fd_st);
+        if (fd_st != TF_OK) return fd_st;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && spins > 0) {
             spins--;
             continue;
@@ -119,6 +170,27 @@ tf_status tf__send(tf_client *c, Tenferro__Frame *frame) {
     return st;
 }
 
+/* Closes received descriptors that arrived wholly before stream offset `at`: nobody claimed them. */
+static void drop_fds_before(tf_client *c, uint64_t at) {
+    unsigned keep = 0;
+    for (unsigned i = 0; i < c->n_fds; i++) {
+        if (c->fds[i].to <= at)
+            close(c->fds[i].fd);
+        else
+            c->fds[keep++] = c->fds[i];
+    }
+    c->n_fds = keep;
+}
+
+int tf__take_fd(tf_client *c) {
+    if (c->n_fds == 0 || c->fds[0].from > c->frame_start || c->fds[0].to <= c->frame_start)
+        return -1;
+    int fd = c->fds[0].fd;
+    c->n_fds--;
+    memmove(c->fds, c->fds + 1, c->n_fds * sizeof *c->fds);
+    return fd;
+}
+
 /*
  * Reads the next whole frame. A Result with sequence 0 is the daemon's last
  * word before it closes the connection (a protocol error, a terminate, a lost
@@ -127,6 +199,8 @@ tf_status tf__send(tf_client *c, Tenferro__Frame *frame) {
 static tf_status read_frame(tf_client *c, Tenferro__Frame **out) {
     tf_status st = fill(c, TF__FRAME_HEADER_BYTES);
     if (st != TF_OK) return st;
+    c->frame_start = c->received - c->rlen;
+    drop_fds_before(c, c->frame_start);
     uint32_t len = tf__frame_peek_length(c->rbuf + c->rstart);
     if (len > c->max_frame_bytes + 8192) return broken(c, "reply frame larger than the maximum");
     size_t total = TF__FRAME_HEADER_BYTES + (size_t)len;
@@ -189,6 +263,39 @@ tf_status tf__result_status(tf_client *c, const Tenferro__Result *result) {
                                                                          : tf_strerror(st));
 }
 
+tf_status tf__recv_result(tf_client *c, uint64_t seq, const char *what) {
+    Tenferro__Frame *reply = NULL;
+    tf_status st = tf__recv(c, seq, &reply);
+    if (st != TF_OK) return st;
+    st = reply->body_case == TENFERRO__FRAME__BODY_RESULT
+             ? tf__result_status(c, reply->result)
+             : tf__fail(c, TF_ERR_PROTOCOL, "unexpected answer to %s", what);
+    tf__frame_free(reply);
+    return st;
+}
+
+tf_status tf__call_result(tf_client *c, Tenferro__Frame *request, const char *what) {
+    tf_status st = tf__send(c, request);
+    return st == TF_OK ? tf__recv_result(c, request->seq, what) : st;
+}
+
+tf_status tf__check_connection(tf_client *c) {
+    if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+    if (c->rlen == 0) {
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int r = poll(&p, 1, 0);
+        if (r < 0) return errno == EINTR ? TF_OK : broken(c, strerror(errno));
+        if (r == 0) return TF_OK;
+        if (!(p.revents & POLLIN)) return broken(c, "the daemon closed the connection");
+    }
+    /* Bytes nobody asked for: the daemon's last word (read_frame reports it), or a stray frame. */
+    Tenferro__Frame *f = NULL;
+    tf_status st = read_frame(c, &f);
+    if (st != TF_OK) return st;
+    tf__frame_free(f);
+    return broken(c, "the daemon sent a frame nobody asked for");
+}
+
 /* Picks the socket: the argument, $TENFERRO_SOCKET, or the first default that exists. */
 static const char *resolve_path(const char *path) {
     if (path && path[0]) return path;
@@ -233,8 +340,12 @@ static tf_status handshake(tf_client *c) {
     snprintf(c->device, sizeof c->device, "%s", hr->device ? hr->device : "");
     c->client_id = hr->client_id;
     if (hr->max_frame_bytes >= TF__MIN_MAX_FRAME_BYTES) c->max_frame_bytes = hr->max_frame_bytes;
+    uint32_t slots = hr->completion_slots;
     tf__frame_free(reply);
-    return TF_OK;
+    /* Without a completion page the client works, but pending transfers are TF_ERR_UNSUPPORTED. */
+    int fd = slots > 0 ? tf__take_fd(c) : -1;
+    if (fd >= 0) tf__completion_map(c, slots, fd);
+    return tf__ok(c);
 }
 
 tf_status tf_connect(const char *socket_path, tf_client **out) {
@@ -274,6 +385,9 @@ void tf_disconnect(tf_client *c) {
         free(c->held);
         c->held = NULL;
     }
+    tf__pinned_release_all(c);
+    tf__completion_unmap(c);
+    for (unsigned i = 0; i < c->n_fds; i++) close(c->fds[i].fd);
     if (c->fd >= 0) close(c->fd);
     tf__id_table_free(&c->handles);
     free(c->queue);

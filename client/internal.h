@@ -1,12 +1,15 @@
 /*
  * libtenferro-client internals: the client record, the local handle table,
- * the queue of operations not yet submitted, and the blocking transport.
+ * the queue of operations not yet submitted, the blocking transport with the
+ * file descriptors it receives, the completion page and its slots, and the
+ * pinned buffers and pending transfers.
  */
 #ifndef TENFERRO_CLIENT_INTERNAL_H
 #define TENFERRO_CLIENT_INTERNAL_H
 
 #include <stdint.h>
 
+#include "common/completion.h"
 #include "common/frame.h"
 #include "common/id-table.h"
 #include "common/ops.h"
@@ -17,7 +20,42 @@ typedef struct tf__handle {
     uint64_t id; /* 0: empty slot */
     tf__meta meta;
     int pending; /* produced by a queued operation not yet accepted by the daemon */
+    int in_flight; /* taken by a pending transfer: no operation, download or free until its wait */
 } tf__handle;
+
+/*
+ * A file descriptor received as SCM_RIGHTS, with the stream offsets
+ * [from, to) of the bytes that arrived with it: the frame it belongs to starts
+ * inside that range (the daemon attaches it to the frame's first byte).
+ */
+typedef struct tf__received_fd {
+    int fd;
+    uint64_t from, to;
+} tf__received_fd;
+
+/* Descriptors received but not yet claimed by their frame; more is a protocol error. */
+#define TF__MAX_RECEIVED_FDS 8
+
+/* The completion slot the blocking staged route uses; pending transfers get the others. */
+#define TF__STAGING_SLOT 0u
+
+struct tf_pinned_buffer {
+    tf_client *client;
+    uint64_t id;
+    uint8_t *data; /* the client's MAP_SHARED mapping of the daemon's memfd */
+    size_t bytes;
+    tf_pending *transfer; /* the pending transfer that holds it, NULL when the caller has it */
+    tf_pinned_buffer *prev, *next; /* every mapped buffer of the client */
+};
+
+struct tf_pending {
+    tf_client *client;
+    uint32_t slot;
+    uint32_t direction; /* TransferDirection */
+    tf_tensor tensor;
+    tf_pinned_buffer *buffer;
+    tf_pending *prev, *next; /* every open pending transfer of the client */
+};
 
 
 /* One operation queued locally until the next submission. */
@@ -66,6 +104,22 @@ struct tf_client {
     int scoped_sent;   /* the burst already sent a non-final frame (it was admitted) */
     tf_status scoped_refused; /* the burst's admission was refused: nothing more is sent */
     tf_view view;
+
+    tf__received_fd fds[TF__MAX_RECEIVED_FDS]; /* descriptors not yet claimed, oldest first */
+    unsigned n_fds;
+    uint64_t received;    /* bytes received on the connection so far */
+    uint64_t frame_start; /* stream offset of the frame read last */
+
+    tf__completion_slot *completion; /* the mapped completion page; NULL: no pending transfers */
+    uint32_t n_slots;
+    uint64_t slot_used[TF__COMPLETION_SLOTS / 64];     /* slots armed, waited for or detached */
+    uint64_t slot_detached[TF__COMPLETION_SLOTS / 64]; /* released: reclaimed once DONE */
+
+    uint64_t next_buffer_id;
+    tf_pinned_buffer *buffers; /* every mapped buffer, the staging buffer included */
+    tf_pending *pendings;      /* every pending transfer not yet waited for or released */
+    tf_pinned_buffer *staging; /* the blocking routes' reusable buffer, NULL until first use */
+    size_t staging_refused;    /* smallest staging size the daemon refused (0: none) */
 };
 
 /* Records a failure message (printf-style) and returns status, for `return tf__fail(...)`. */
@@ -82,9 +136,91 @@ tf_status tf__send(tf_client *c, Tenferro__Frame *frame);
 tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply);
 /* Maps a Result to a status, copying its message into last_error. */
 tf_status tf__result_status(tf_client *c, const Tenferro__Result *result);
+/* Sends a request whose answer is a Result and returns that Result's status. */
+tf_status tf__call_result(tf_client *c, Tenferro__Frame *request, const char *what);
+/* Reads the Result answering `seq` and returns its status. */
+tf_status tf__recv_result(tf_client *c, uint64_t seq, const char *what);
+/* The descriptor that arrived with the frame read last, or -1; the caller owns it. */
+int tf__take_fd(tf_client *c);
+/*
+ * Without blocking, notices a daemon that has closed the connection or said
+ * its last word (a sequence-0 Result): TF_OK while the connection looks alive,
+ * else TF_ERR_DISCONNECTED with the reason. Nothing else may arrive unasked.
+ */
+tf_status tf__check_connection(tf_client *c);
+
+/* ---- the completion page (completion.c) ---- */
+
+/* Maps the completion page the daemon sent with HelloReply (consumes fd); TF_OK or why not. */
+tf_status tf__completion_map(tf_client *c, uint32_t slots, int fd);
+/* Unmaps the completion page. */
+void tf__completion_unmap(tf_client *c);
+/* Takes a free slot for a pending transfer (reclaiming released ones that finished), or TF_ERR_BUSY. */
+tf_status tf__slot_acquire(tf_client *c, uint32_t *slot);
+/* Marks a slot PENDING: done before the Transfer naming it is sent. */
+void tf__slot_arm(tf_client *c, uint32_t slot);
+/* Returns a slot to IDLE and to the free set (after its wait, or after a refused Transfer). */
+void tf__slot_release(tf_client *c, uint32_t slot);
+/* Leaves a slot to the daemon's released transfer; it is reclaimed once the daemon marks it DONE. */
+void tf__slot_detach(tf_client *c, uint32_t slot);
+/*
+ * Sleeps until the daemon marks `slot` DONE and stores the transfer's status
+ * in *transfer_status. Fails with TF_ERR_DISCONNECTED, never hangs, when the
+ * daemon goes away meanwhile.
+ */
+tf_status tf__slot_wait(tf_client *c, uint32_t slot, tf_status *transfer_status);
+
+/* ---- pinned buffers and transfers (pinned.c) ---- */
+
+/* Creates and maps a pinned buffer of `bytes` (no checks of the caller's state). */
+tf_status tf__buffer_create(tf_client *c, size_t bytes, tf_pinned_buffer **out);
+/* Frees a buffer on the daemon, then unmaps it here; TF_ERR_BUSY keeps it. */
+tf_status tf__buffer_free(tf_pinned_buffer *b);
+/* Sends a Transfer between buffer b (from offset 0) and tensor t of `bytes` bytes, arming `slot`. */
+tf_status tf__transfer_send(tf_client *c, uint32_t direction, const tf_pinned_buffer *b,
+                            tf_tensor t, size_t bytes, uint32_t slot, uint64_t *seq);
+/* Reads the answer to a Transfer; a refusal releases its slot (except the staging slot, disarmed). */
+tf_status tf__transfer_result(tf_client *c, uint64_t seq, uint32_t slot);
+/*
+ * Waits for the transfer in `slot` and frees the slot; returns the transfer's
+ * status with a message naming its direction and tensor.
+ */
+tf_status tf__transfer_wait(tf_client *c, uint32_t slot, uint32_t direction, tf_tensor t);
+/* Unmaps every buffer and frees every pending transfer (tf_disconnect). */
+void tf__pinned_release_all(tf_client *c);
+
+/* ---- the staged blocking route (staging.c) ---- */
+
+/*
+ * The staging buffer for a blocking transfer of `bytes`, created or grown as
+ * needed; *stage is NULL when the transfer goes inline instead (small, or no
+ * staging buffer to be had). Fails only on a lost connection.
+ */
+tf_status tf__staging_for(tf_client *c, size_t bytes, tf_pinned_buffer **stage);
+/* Creates tensor h->id and fills it from data through the staging buffer. */
+tf_status tf__staged_upload(tf_client *c, const tf__handle *h, const void *data,
+                            tf_pinned_buffer *stage);
+/* Copies `bytes` of tensor t into the staging buffer. */
+tf_status tf__staged_download(tf_client *c, tf_tensor t, size_t bytes, tf_pinned_buffer *stage);
 
 /* Looks up a live or pending tensor, failing with TF_ERR_UNKNOWN_HANDLE. */
 tf_status tf__lookup(tf_client *c, tf_tensor t, tf__handle **out);
+/* tf__lookup, failing with TF_ERR_BUSY while a pending transfer holds the tensor. */
+tf_status tf__lookup_idle(tf_client *c, tf_tensor t, tf__handle **out);
+/*
+ * Makes tensor t's value reachable by the daemon for a transfer: in a scoped
+ * burst, queued work naming it is sent first; in a held session, unsubmitted
+ * work naming it makes it TF_ERR_BUSY, as does a pending transfer. *bytes gets its size.
+ */
+tf_status tf__transferable(tf_client *c, tf_tensor t, size_t *bytes);
+/* Sends a Free of one tensor (no reply). */
+tf_status tf__send_free(tf_client *c, tf_tensor t);
+/*
+ * Sends one Upload of tensor h->id writing `len` bytes of data at `offset`;
+ * with `create` it also creates the tensor from h's dtype and shape.
+ */
+tf_status tf__send_upload(tf_client *c, const tf__handle *h, int create, size_t offset,
+                          const void *data, size_t len, uint64_t *seq);
 
 /* Queues an operation after running the shape rules; returns its output handle. */
 tf_status tf__queue_op(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,

@@ -1,8 +1,10 @@
 /*
- * Blocking transfers and tensor lifetime on the client side. Data travels
- * inline in frames; a tensor larger than one frame goes in chunks, sent back
- * to back and answered in order, so a big transfer costs one round trip of
- * latency plus the bytes.
+ * Blocking transfers and tensor lifetime on the client side. A tensor of 64
+ * KiB or more goes through the client's reusable staging buffer (staging.c)
+ * when the daemon gives one; a smaller one, or any one when it does not,
+ * travels inline in frames: a tensor larger than one frame goes in chunks,
+ * sent back to back and answered in order, so a big transfer costs one round
+ * trip of latency plus the bytes.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,65 @@
 #define DOWNLOAD_WINDOW 4
 
 static size_t chunk_bytes(const tf_client *c) { return (size_t)(c->max_frame_bytes - FRAME_OVERHEAD); }
+
+tf_status tf__send_upload(tf_client *c, const tf__handle *h, int create, size_t offset,
+                          const void *data, size_t len, uint64_t *seq) {
+    Tenferro__Frame req = TENFERRO__FRAME__INIT;
+    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+    up.tensor = h->id;
+    if (create) {
+        up.create = 1;
+        up.dtype = (uint32_t)h->meta.dtype;
+        up.n_shape = (size_t)h->meta.rank;
+        up.shape = (int64_t *)h->meta.shape;
+    }
+    up.offset = offset;
+    up.data.data = (uint8_t *)data;
+    up.data.len = len;
+    req.body_case = TENFERRO__FRAME__BODY_UPLOAD;
+    req.upload = &up;
+    tf_status st = tf__send(c, &req);
+    *seq = req.seq;
+    return st;
+}
+
+tf_status tf__send_free(tf_client *c, tf_tensor t) {
+    Tenferro__Frame fr = TENFERRO__FRAME__INIT;
+    Tenferro__Free body = TENFERRO__FREE__INIT;
+    uint64_t id = t;
+    body.n_tensors = 1;
+    body.tensors = &id;
+    fr.body_case = TENFERRO__FRAME__BODY_FREE;
+    fr.free = &body;
+    return tf__send(c, &fr);
+}
+
+/* Creates tensor h->id from data in frames of at most one chunk each, all sent before any answer is read. */
+static tf_status upload_inline(tf_client *c, const tf__handle *h, const void *data) {
+    size_t bytes = tf__meta_bytes(&h->meta), chunk = chunk_bytes(c);
+    size_t n_frames = bytes == 0 ? 1 : (bytes + chunk - 1) / chunk;
+    uint64_t first_seq = 0, seq;
+    size_t sent = 0;
+    tf_status st;
+    for (size_t i = 0; i < n_frames; i++) {
+        size_t off = i * chunk, len = bytes - off < chunk ? bytes - off : chunk;
+        if ((st = tf__send_upload(c, h, i == 0, off, (const uint8_t *)data + off, len, &seq)) != TF_OK)
+            return st;
+        if (i == 0) first_seq = seq;
+        sent++;
+    }
+    tf_status first_error = TF_OK;
+    char first_message[sizeof c->last_error] = "";
+    for (size_t i = 0; i < sent; i++) {
+        if ((st = tf__recv_result(c, first_seq + i, "Upload")) == TF_ERR_DISCONNECTED) return st;
+        if (st != TF_OK && first_error == TF_OK) {
+            first_error = st;
+            memcpy(first_message, c->last_error, sizeof first_message);
+        }
+    }
+    if (first_error != TF_OK) memcpy(c->last_error, first_message, sizeof first_message);
+    return first_error;
+}
 
 tf_status tf_upload(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape, const void *data,
                     tf_tensor *out) {
@@ -29,74 +90,43 @@ tf_status tf_upload(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape
     h.meta.rank = rank;
     for (int i = 0; i < rank; i++) h.meta.shape[i] = shape[i];
     h.id = ++c->next_tensor_id;
-    size_t bytes = tf__meta_bytes(&h.meta), chunk = chunk_bytes(c);
-    size_t n_frames = bytes == 0 ? 1 : (bytes + chunk - 1) / chunk;
-
-    uint64_t first_seq = 0;
-    size_t sent = 0;
-    for (size_t i = 0; i < n_frames; i++) {
-        size_t off = i * chunk, len = bytes - off < chunk ? bytes - off : chunk;
-        Tenferro__Frame req = TENFERRO__FRAME__INIT;
-        Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
-        up.tensor = h.id;
-        if (i == 0) {
-            up.create = 1;
-            up.dtype = (uint32_t)dtype;
-            up.n_shape = (size_t)rank;
-            up.shape = (int64_t *)shape;
-        }
-        up.offset = off;
-        up.data.data = (uint8_t *)data + off;
-        up.data.len = len;
-        req.body_case = TENFERRO__FRAME__BODY_UPLOAD;
-        req.upload = &up;
-        if ((st = tf__send(c, &req)) != TF_OK) return st;
-        if (i == 0) first_seq = req.seq;
-        sent++;
-    }
-    tf_status first_error = TF_OK;
-    char first_message[sizeof c->last_error] = "";
-    for (size_t i = 0; i < sent; i++) {
-        Tenferro__Frame *reply = NULL;
-        if ((st = tf__recv(c, first_seq + i, &reply)) != TF_OK) return st;
-        st = reply->body_case == TENFERRO__FRAME__BODY_RESULT
-                 ? tf__result_status(c, reply->result)
-                 : tf__fail(c, TF_ERR_PROTOCOL, "unexpected answer to Upload");
-        tf__frame_free(reply);
-        if (st != TF_OK && first_error == TF_OK) {
-            first_error = st;
-            memcpy(first_message, c->last_error, sizeof first_message);
-        }
-    }
-    if (first_error != TF_OK) {
-        memcpy(c->last_error, first_message, sizeof first_message);
-        return first_error;
-    }
+    tf_pinned_buffer *stage = NULL;
+    if ((st = tf__staging_for(c, tf__meta_bytes(&h.meta), &stage)) != TF_OK) return st;
+    st = stage ? tf__staged_upload(c, &h, data, stage) : upload_inline(c, &h, data);
+    if (st != TF_OK) return st;
     if (tf__id_table_insert(&c->handles, &h) != 0) {
-        Tenferro__Frame fr = TENFERRO__FRAME__INIT;
-        Tenferro__Free body = TENFERRO__FREE__INIT;
-        body.n_tensors = 1;
-        body.tensors = &h.id;
-        fr.body_case = TENFERRO__FRAME__BODY_FREE;
-        fr.free = &body;
-        tf__send(c, &fr);
+        tf__send_free(c, h.id);
         return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory recording the tensor");
     }
     *out = h.id;
     return tf__ok(c);
 }
 
+/* 1 when an operation queued but not yet submitted names tensor t. */
+static int queue_names(const tf_client *c, tf_tensor t) {
+    for (size_t i = 0; i < c->n_queued; i++) {
+        const tf__queued_op *q = &c->queue[i];
+        if (q->output == t) return 1;
+        for (int k = 0; k < q->n_inputs; k++)
+            if (q->inputs[k] == t) return 1;
+    }
+    return 0;
+}
+
 /*
  * A tensor can be read once the daemon has it: inside a scoped burst the
  * queue is flushed first; in a held session an unsubmitted result is busy.
+ * With `whole_queue`, any unsubmitted work naming the tensor counts too (a
+ * pending transfer must not overtake work queued before it).
  */
-static tf_status readable(tf_client *c, tf_tensor t, size_t *bytes) {
+static tf_status reachable(tf_client *c, tf_tensor t, int whole_queue, size_t *bytes) {
     if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
     tf__handle *h = NULL;
-    tf_status st = tf__lookup(c, t, &h);
+    tf_status st = tf__lookup_idle(c, t, &h);
     if (st != TF_OK) return st;
     *bytes = tf__meta_bytes(&h->meta);
-    if (!h->pending) return TF_OK;
+    int named = whole_queue && !h->pending && queue_names(c, t);
+    if (!h->pending && !named) return TF_OK;
     if (c->in_scoped) {
         if ((st = tf__scoped_flush(c)) != TF_OK) return st;
         if (!tf__id_table_find(&c->handles, t))
@@ -105,9 +135,15 @@ static tf_status readable(tf_client *c, tf_tensor t, size_t *bytes) {
         return TF_OK;
     }
     return tf__fail(c, TF_ERR_BUSY,
-                    "tensor %llu is the result of an unsubmitted operation: submit or synchronize "
-                    "the session first",
+                    named ? "tensor %llu is named by unsubmitted operations: submit or synchronize "
+                            "the session first"
+                          : "tensor %llu is the result of an unsubmitted operation: submit or "
+                            "synchronize the session first",
                     (unsigned long long)t);
+}
+
+tf_status tf__transferable(tf_client *c, tf_tensor t, size_t *bytes) {
+    return reachable(c, t, 1, bytes);
 }
 
 /* Reads `bytes` of tensor t into dst, DOWNLOAD_WINDOW chunk requests in flight. */
@@ -149,56 +185,59 @@ static tf_status read_into(tf_client *c, tf_tensor t, uint8_t *dst, size_t bytes
     return first_error == TF_OK ? tf__ok(c) : first_error;
 }
 
-tf_status tf_download(tf_client *c, tf_tensor t, void **data, size_t *bytes) {
-    if (!c || !data || !bytes) return TF_ERR_INVALID_ARGUMENT;
+/*
+ * Both blocking downloads: the value of t into a new buffer, or into the
+ * caller's *buffer grown with realloc only when too small (`reuse`). A staged
+ * download fills the staging buffer before any caller memory is touched.
+ */
+static tf_status download(tf_client *c, tf_tensor t, void **buffer, size_t *capacity, int reuse) {
     size_t n;
-    tf_status st = readable(c, t, &n);
+    tf_status st = reachable(c, t, 0, &n);
     if (st != TF_OK) return st;
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf) return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory for %zu bytes", n);
-    st = read_into(c, t, buf, n);
-    if (st != TF_OK) {
-        free(buf);
+    tf_pinned_buffer *stage = NULL;
+    if ((st = tf__staging_for(c, n, &stage)) != TF_OK) return st;
+    if (stage && (st = tf__staged_download(c, t, n, stage)) != TF_OK) return st;
+    uint8_t *dst = reuse ? *buffer : NULL;
+    if (!reuse || *capacity < n || !dst) {
+        dst = reuse ? realloc(*buffer, n ? n : 1) : malloc(n ? n : 1);
+        if (!dst) return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory for %zu bytes", n);
+        if (reuse) {
+            *buffer = dst;
+            *capacity = n ? n : 1;
+        }
+    }
+    if (stage)
+        memcpy(dst, stage->data, n);
+    else if ((st = read_into(c, t, dst, n)) != TF_OK) {
+        if (!reuse) free(dst);
         return st;
     }
-    *data = buf;
-    *bytes = n;
-    return TF_OK;
+    if (!reuse) {
+        *buffer = dst;
+        *capacity = n;
+    }
+    return tf__ok(c);
+}
+
+tf_status tf_download(tf_client *c, tf_tensor t, void **data, size_t *bytes) {
+    if (!c || !data || !bytes) return TF_ERR_INVALID_ARGUMENT;
+    return download(c, t, data, bytes, 0);
 }
 
 tf_status tf_download_into(tf_client *c, tf_tensor t, void **buffer, size_t *capacity) {
     if (!c || !buffer || !capacity) return TF_ERR_INVALID_ARGUMENT;
-    size_t n;
-    tf_status st = readable(c, t, &n);
-    if (st != TF_OK) return st;
-    if (*capacity < n || !*buffer) {
-        void *grown = realloc(*buffer, n ? n : 1);
-        if (!grown) return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory for %zu bytes", n);
-        *buffer = grown;
-        *capacity = n ? n : 1;
-    }
-    return read_into(c, t, *buffer, n);
+    return download(c, t, buffer, capacity, 1);
 }
 
 tf_status tf_tensor_free(tf_client *c, tf_tensor t) {
     if (!c) return TF_ERR_INVALID_ARGUMENT;
     if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
     tf__handle *h = NULL;
-    tf_status st = tf__lookup(c, t, &h);
+    tf_status st = tf__lookup_idle(c, t, &h);
     if (st != TF_OK) return st;
-    if (c->n_queued > 0) {
-        /* Queued work may still name it: free it after that work, in the same queue. */
-        if ((st = tf__queue_free(c, t)) != TF_OK) return st;
-    } else {
-        Tenferro__Frame fr = TENFERRO__FRAME__INIT;
-        Tenferro__Free body = TENFERRO__FREE__INIT;
-        uint64_t id = t;
-        body.n_tensors = 1;
-        body.tensors = &id;
-        fr.body_case = TENFERRO__FRAME__BODY_FREE;
-        fr.free = &body;
-        if ((st = tf__send(c, &fr)) != TF_OK) return st;
-    }
+    /* Queued work may still name it: free it after that work, in the same queue. */
+    st = c->n_queued > 0 ? tf__queue_free(c, t) : tf__send_free(c, t);
+    if (st != TF_OK) return st;
     tf__id_table_remove(&c->handles, t, NULL);
     return tf__ok(c);
 }

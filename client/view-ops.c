@@ -19,6 +19,15 @@ tf_status tf__lookup(tf_client *c, tf_tensor t, tf__handle **out) {
     return TF_OK;
 }
 
+tf_status tf__lookup_idle(tf_client *c, tf_tensor t, tf__handle **out) {
+    tf_status st = tf__lookup(c, t, out);
+    if (st == TF_OK && (*out)->in_flight)
+        return tf__fail(c, TF_ERR_BUSY,
+                        "tensor %llu is in a pending transfer: wait for the transfer first",
+                        (unsigned long long)t);
+    return st;
+}
+
 /* Makes room for one more queued operation. */
 static tf__queued_op *queue_slot(tf_client *c) {
     if (c->n_queued == c->queue_cap) {
@@ -52,7 +61,7 @@ tf_status tf__queue_op(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tens
     tf__meta in_meta[2];
     for (int i = 0; i < n_inputs; i++) {
         tf__handle *h = NULL;
-        if ((st = tf__lookup(c, inputs[i], &h)) != TF_OK) return st;
+        if ((st = tf__lookup_idle(c, inputs[i], &h)) != TF_OK) return st;
         in_meta[i] = h->meta;
     }
     tf__handle outh = {0};

@@ -36,6 +36,9 @@ static void view_of(const tfd_tensor *t, tfd_tensor_view *v) {
     v->data = t->data;
 }
 
+/* Validated items are handed to the stream in chunks of this many while a batch is checked. */
+#define ENQUEUE_CHUNK 64
+
 /* A chain of items being built for one submission. */
 typedef struct chain {
     tfd_item *first, *last;
@@ -51,13 +54,19 @@ static void chain_push(chain *ch, tfd_item *it) {
     ch->count++;
 }
 
-/* Validates and prepares a FREE operation: every named tensor must exist. */
+/* Validates and prepares a FREE operation: every named tensor must exist and be in no transfer. */
 static tf_status prepare_free(tfd_conn *c, const Tenferro__Op *op, chain *ch, char *msg, size_t len) {
     for (size_t i = 0; i < op->n_inputs; i++) {
-        if (!tfd_tensor_table_find(&c->tensors, op->inputs[i])) {
+        tfd_tensor *t = tfd_tensor_table_find(&c->tensors, op->inputs[i]);
+        if (!t) {
             snprintf(msg, len, "free: tensor %llu is not live on this connection",
                      (unsigned long long)op->inputs[i]);
             return TF_ERR_UNKNOWN_HANDLE;
+        }
+        if (t->in_flight) {
+            snprintf(msg, len, "free: tensor %llu is in a pending transfer: wait for it first",
+                     (unsigned long long)op->inputs[i]);
+            return TF_ERR_BUSY;
         }
     }
     for (size_t i = 0; i < op->n_inputs; i++) {
@@ -113,6 +122,12 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
             tfd_item_free(it);
             return TF_ERR_UNKNOWN_HANDLE;
         }
+        if (t->in_flight) {
+            snprintf(msg, len, "%s: input %d names tensor %llu, which is in a pending transfer: wait "
+                     "for it first", tf__op_name(kind), i, (unsigned long long)op->inputs[i]);
+            tfd_item_free(it);
+            return TF_ERR_BUSY;
+        }
         in_meta[i] = t->meta;
         view_of(t, &d->in[i]);
     }
@@ -164,11 +179,12 @@ void tfd_batch_enqueue(tfd_conn *c, Tenferro__Op **ops, size_t n_ops, tfd_batch_
     uint64_t batch = ++c->srv->next_batch_id;
     out->batch = batch;
     chain ch = {0};
+    uint64_t flushed = 0; /* operations already handed to the stream */
     for (size_t i = 0; i < n_ops; i++) {
         tfd_item *before = ch.last;
         tf_status st = ops[i]->kind == TF__OP_FREE
                            ? prepare_free(c, ops[i], &ch, out->message, sizeof out->message)
-                           : prepare_op(c, ops[i], out->accepted, &ch, out->message,
+                           : prepare_op(c, ops[i], out->accepted - flushed, &ch, out->message,
                                         sizeof out->message);
         if (st != TF_OK) {
             out->status = st;
@@ -182,6 +198,12 @@ void tfd_batch_enqueue(tfd_conn *c, Tenferro__Op **ops, size_t n_ops, tfd_batch_
             it->index = (uint32_t)i;
         }
         out->accepted++;
+        /* Hand work over as it is validated, so the device starts while the rest is checked. */
+        if (ch.count >= ENQUEUE_CHUNK) {
+            tfd_stream_enqueue(c->stream, ch.first, ch.last, ch.count);
+            ch = (chain){0};
+            flushed = out->accepted;
+        }
     }
     c->srv->counters.batches++;
     c->srv->counters.ops_accepted += out->accepted;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "daemon/config.h"
 #include "daemon/log.h"
@@ -284,6 +285,7 @@ static const setting settings[] = {
     {"daemon", "device", "device", 0, set_device, 0, "auto, cpu, cuda:N or N (= cuda:N)"},
     {"daemon", "workers", "workers", AT(workers), set_int, 0, "executor threads (0 = one per core)"},
     {"daemon", "max_frame_bytes", "max-frame-bytes", AT(max_frame_bytes), set_frame, 0, "largest frame (64M)"},
+    {"daemon", "max_pinned_bytes", "max-pinned-bytes", AT(max_pinned_bytes), set_u64, 1, "pinned buffers of all clients (half the RAM; 0 = unlimited)"},
     {"daemon", "max_clients", "max-clients", AT(max_clients), set_int, 1, "connections served at once (256)"},
     {"daemon", "log_level", "log-level", AT(log_level), set_level, 1, "error, warn, info or debug"},
     {"admission", "policy", "reservation-policy", AT(policy), set_policy, 1, "reject or wait"},
@@ -317,6 +319,9 @@ void tfd_options_defaults(tfd_options *opt) {
     opt->socket_mode = 0660;
     snprintf(opt->device, sizeof opt->device, "auto");
     opt->max_frame_bytes = TF__DEFAULT_MAX_FRAME_BYTES;
+    /* Pinned pages cannot be swapped: by default at most half the RAM is handed out as buffers. */
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    opt->max_pinned_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : 0;
     opt->policy = TFD_POLICY_REJECT;
     opt->wait_deadline_ms = 10000;
     opt->max_clients = 256;

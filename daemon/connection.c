@@ -1,14 +1,17 @@
 /*
  * Connection plumbing: accepting a client, reading and framing its bytes,
- * queueing replies, and the close path that reclaims everything the client
- * owned. A malformed frame ends this connection only; nothing here can take
- * the daemon or another client down.
+ * queueing replies (and the few that carry a file descriptor), and the close
+ * path that reclaims everything the client owned. A malformed frame ends this
+ * connection only; nothing here can take the daemon or another client down.
  */
+#include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "daemon/log.h"
 #include "daemon/notify.h"
@@ -23,40 +26,47 @@ typedef struct out_frame {
     uint8_t *bytes;
 } out_frame;
 
+/* A reply held back so it leaves in order behind one that carries a file descriptor. */
+typedef struct tfd_held_frame {
+    struct tfd_held_frame *next;
+    uint8_t *bytes;
+    size_t len;
+    int fd; /* sent as SCM_RIGHTS with the first byte; -1 for none */
+} tfd_held_frame;
+
+static void flush_held(tfd_conn *c);
+
 static void on_write_done(uv_write_t *req, int status) {
-    (void)status; /* a failed write shows up as a read error and closes the connection */
+    /* A failed write shows up as a read error and closes the connection. */
     out_frame *f = (out_frame *)req;
+    uv_stream_t *stream = req->handle;
+    tfd_conn *c = (tfd_conn *)stream;
     free(f->bytes);
     free(f);
+    /* libuv's queue has drained: a held reply with a descriptor may go now. */
+    if (status == 0 && c->held_head && uv_stream_get_write_queue_size(stream) == 0) flush_held(c);
 }
 
 /*
- * Most replies fit in the socket buffer, so they are written at once with
- * uv_try_write (which refuses while earlier writes are queued, so order is
- * kept); only what does not fit goes through a queued uv_write request. This
- * saves a request, a loop iteration and an epoll_ctl per reply.
+ * Writes an encoded frame (owning `bytes`; the first `done` bytes already
+ * went out). Most replies fit in the socket buffer, so they are written at
+ * once with uv_try_write (which refuses while earlier writes are queued, so
+ * order is kept); only what does not fit goes through a queued uv_write
+ * request. This saves a request, a loop iteration and an epoll_ctl per reply.
  */
-void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame) {
-    if (c->pipe_closed || uv_is_closing((uv_handle_t *)&c->pipe)) return;
-    uint8_t *bytes;
-    size_t len;
-    /* Replies may carry a whole chunk plus headers: allow a little above the client's maximum. */
-    tf_status st = tf__frame_encode(frame, c->srv->opt.max_frame_bytes + 4096, &bytes, &len);
-    if (st != TF_OK) {
-        tfd_log(TFD_LOG_ERROR, "client %llu: cannot encode a reply (%s)",
-                (unsigned long long)c->client_id, tf_status_name(st));
-        tfd_conn_close(c);
-        return;
+static void write_bytes(tfd_conn *c, uint8_t *bytes, size_t len, size_t done) {
+    uv_buf_t buf;
+    if (done == 0) {
+        buf = uv_buf_init((char *)bytes, (unsigned)len);
+        int written = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
+        if (written > 0 && (size_t)written == len) {
+            free(bytes);
+            c->srv->counters.frames_sent++;
+            return;
+        }
+        /* A failed attempt is left to uv_write, which reports it the usual way. */
+        done = written > 0 ? (size_t)written : 0;
     }
-    uv_buf_t buf = uv_buf_init((char *)bytes, (unsigned)len);
-    int written = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
-    if (written > 0 && (size_t)written == len) {
-        free(bytes);
-        c->srv->counters.frames_sent++;
-        return;
-    }
-    /* A failed attempt is left to uv_write, which reports it the usual way. */
-    size_t done = written > 0 ? (size_t)written : 0;
     out_frame *f = calloc(1, sizeof *f);
     if (!f) {
         free(bytes);
@@ -73,6 +83,174 @@ void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame) {
         return;
     }
     c->srv->counters.frames_sent++;
+}
+
+/* Encodes a reply; NULL (and the connection closing) when it cannot be encoded. */
+static uint8_t *encode(tfd_conn *c, Tenferro__Frame *frame, size_t *len) {
+    uint8_t *bytes;
+    /* Replies may carry a whole chunk plus headers: allow a little above the client's maximum. */
+    tf_status st = tf__frame_encode(frame, c->srv->opt.max_frame_bytes + 4096, &bytes, len);
+    if (st != TF_OK) {
+        tfd_log(TFD_LOG_ERROR, "client %llu: cannot encode a reply (%s)",
+                (unsigned long long)c->client_id, tf_status_name(st));
+        tfd_conn_close(c);
+        return NULL;
+    }
+    return bytes;
+}
+
+void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame) {
+    if (c->pipe_closed || uv_is_closing((uv_handle_t *)&c->pipe)) return;
+    size_t len;
+    uint8_t *bytes = encode(c, frame, &len);
+    if (!bytes) return;
+    if (!c->held_head) {
+        write_bytes(c, bytes, len, 0);
+        return;
+    }
+    tfd_held_frame *h = calloc(1, sizeof *h);
+    if (!h) {
+        free(bytes);
+        tfd_conn_close(c); /* a lost reply would desynchronise the client: end the connection */
+        return;
+    }
+    h->bytes = bytes;
+    h->len = len;
+    h->fd = -1;
+    c->held_tail->next = h;
+    c->held_tail = h;
+}
+
+/*
+ * One sendmsg of an encoded frame with fd attached to its first byte. Returns
+ * the bytes sent (the fd went with them), 0 when the socket stayed full
+ * through a few brief polls, or -1 on an error that ends the connection.
+ */
+static ssize_t send_with_fd(int sock, const uint8_t *bytes, size_t len, int fd) {
+    struct iovec iov = {.iov_base = (void *)bytes, .iov_len = len};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                       .msg_controllen = sizeof control.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+    for (int polls = 0;;) {
+        ssize_t n = sendmsg(sock, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n >= 0) return n;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -1;
+        if (polls++ == 3) return 0;
+        struct pollfd p = {.fd = sock, .events = POLLOUT};
+        (void)poll(&p, 1, 1);
+    }
+}
+
+static void on_held_retry(uv_timer_t *t) { flush_held(t->data); }
+
+/* Retries the held replies shortly, without blocking the loop, while the peer's socket is full. */
+static void retry_held_later(tfd_conn *c) {
+    if (!c->held_timer) {
+        c->held_timer = malloc(sizeof *c->held_timer);
+        if (!c->held_timer) {
+            tfd_conn_close(c);
+            return;
+        }
+        uv_timer_init(c->srv->loop, c->held_timer);
+        c->held_timer->data = c;
+    }
+    uv_timer_start(c->held_timer, on_held_retry, 2, 0);
+}
+
+/*
+ * Sends the held replies in order. A reply with a descriptor goes out with
+ * sendmsg only while libuv's queue is empty (libuv cannot attach one), so the
+ * descriptor arrives with that reply's first byte; what sendmsg could not take
+ * is queued through libuv. Plain replies behind it are handed to libuv, which
+ * keeps their order. Resumes from on_write_done or the retry timer.
+ */
+static void flush_held(tfd_conn *c) {
+    while (c->held_head) {
+        /* A closing connection's write side is shut down: what is held is dropped at the free. */
+        if (c->closing || c->pipe_closed || uv_is_closing((uv_handle_t *)&c->pipe)) return;
+        tfd_held_frame *h = c->held_head;
+        if (h->fd >= 0) {
+            if (uv_stream_get_write_queue_size((uv_stream_t *)&c->pipe) != 0) return;
+            uv_os_fd_t sock;
+            ssize_t n = uv_fileno((uv_handle_t *)&c->pipe, &sock) == 0
+                            ? send_with_fd(sock, h->bytes, h->len, h->fd)
+                            : -1;
+            if (n == 0) {
+                retry_held_later(c);
+                return;
+            }
+            if (n < 0) {
+                tfd_log(TFD_LOG_DEBUG, "client %llu: sending a descriptor failed: %s",
+                        (unsigned long long)c->client_id, strerror(errno));
+                tfd_conn_close(c);
+                return;
+            }
+            /* The peer holds its own reference now; the daemon keeps only its mapping. */
+            close(h->fd);
+            h->fd = -1;
+            c->held_head = h->next;
+            if (!c->held_head) c->held_tail = NULL;
+            if ((size_t)n == h->len) {
+                free(h->bytes);
+                c->srv->counters.frames_sent++;
+            } else {
+                write_bytes(c, h->bytes, h->len, (size_t)n);
+            }
+            free(h);
+            continue;
+        }
+        c->held_head = h->next;
+        if (!c->held_head) c->held_tail = NULL;
+        write_bytes(c, h->bytes, h->len, 0);
+        free(h);
+    }
+}
+
+void tfd_conn_send_with_fd(tfd_conn *c, Tenferro__Frame *frame, int fd) {
+    if (c->pipe_closed || uv_is_closing((uv_handle_t *)&c->pipe)) {
+        close(fd);
+        return;
+    }
+    size_t len;
+    uint8_t *bytes = encode(c, frame, &len);
+    tfd_held_frame *h = bytes ? calloc(1, sizeof *h) : NULL;
+    if (!h) {
+        free(bytes);
+        close(fd);
+        tfd_conn_close(c);
+        return;
+    }
+    h->bytes = bytes;
+    h->len = len;
+    h->fd = fd;
+    if (c->held_tail)
+        c->held_tail->next = h;
+    else
+        c->held_head = h;
+    c->held_tail = h;
+    flush_held(c);
+}
+
+/* Drops the replies that never went out, closing their descriptors. */
+static void drop_held(tfd_conn *c) {
+    while (c->held_head) {
+        tfd_held_frame *h = c->held_head;
+        c->held_head = h->next;
+        if (h->fd >= 0) close(h->fd);
+        free(h->bytes);
+        free(h);
+    }
+    c->held_tail = NULL;
 }
 
 void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt, ...) {
@@ -106,9 +284,9 @@ void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) {
     tfd_conn_close(c);
 }
 
-/* Frees the connection once both its pipe is closed and its stream has drained. */
-static void maybe_free(tfd_conn *c) {
-    if (!c->pipe_closed || !c->stream_drained) return;
+/* Unlinks and frees the connection once nothing can refer to it any more. */
+void tfd_conn_maybe_free(tfd_conn *c) {
+    if (!c->pipe_closed || !c->stream_drained || c->transfers_in_flight) return;
     tfd_server *srv = c->srv;
     if (c->prev)
         c->prev->next = c->next;
@@ -120,6 +298,9 @@ static void maybe_free(tfd_conn *c) {
     tfd_notify_clients(srv->n_conns);
     tfd_stream_destroy(c->stream);
     tfd_tensor_table_destroy(&c->tensors);
+    tfd_conn_buffers_release(c, 1);
+    tfd_conn_transfers_forget(c);
+    drop_held(c);
     free(c->rbuf);
     tfd_log(TFD_LOG_DEBUG, "client %llu gone", (unsigned long long)c->client_id);
     free(c);
@@ -130,7 +311,7 @@ static void maybe_free(tfd_conn *c) {
 static void on_pipe_closed(uv_handle_t *h) {
     tfd_conn *c = (tfd_conn *)h;
     c->pipe_closed = 1;
-    maybe_free(c);
+    tfd_conn_maybe_free(c);
 }
 
 static void on_shutdown(uv_shutdown_t *req, int status) {
@@ -152,7 +333,7 @@ static void on_final_marker(tfd_item *it) {
         c->session_id = 0;
     }
     tfd_admission_release(c);
-    maybe_free(c);
+    tfd_conn_maybe_free(c);
 }
 
 /* Table walker: frees one tensor's device memory on the stream. */
@@ -162,8 +343,14 @@ void tfd_conn_close(tfd_conn *c) {
     if (c->closing) return;
     c->closing = 1;
     uv_read_stop((uv_stream_t *)&c->pipe);
+    if (c->held_timer) {
+        uv_close((uv_handle_t *)c->held_timer, (uv_close_cb)free);
+        c->held_timer = NULL;
+    }
     /* Nobody will read the results: skip the work still queued, keep the frees. */
     if (c->stream) tfd_stream_cancel(c->stream);
+    /* Buffers no transfer uses go now; the others when their transfer completes. */
+    tfd_conn_buffers_release(c, 0);
     tfd_admission_cancel(c);
     c->scoped_active = 0;
     if (c->stream) {
@@ -284,6 +471,7 @@ void tfd_conn_accept(tfd_server *srv) {
     }
     snprintf(c->name, sizeof c->name, "?");
     tfd_tensor_table_init(&c->tensors);
+    tfd_pinned_table_init(&c->buffers);
     c->next = srv->conns;
     if (srv->conns) srv->conns->prev = c;
     srv->conns = c;

@@ -40,6 +40,18 @@ void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
     case TENFERRO__FRAME__BODY_ADMIN_REQUEST:
         tfd_handle_admin(c, frame);
         return;
+    case TENFERRO__FRAME__BODY_BUFFER_CREATE:
+        tfd_handle_buffer_create(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_BUFFER_FREE:
+        tfd_handle_buffer_free(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_TRANSFER:
+        tfd_handle_transfer(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_TRANSFER_RELEASE:
+        tfd_handle_transfer_release(c, frame);
+        return;
     case TENFERRO__FRAME__BODY_HELLO_REPLY:
     case TENFERRO__FRAME__BODY_RESULT:
     case TENFERRO__FRAME__BODY_DOWNLOAD_REPLY:

@@ -189,7 +189,8 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
     tf_status st = TF_OK;
     if (atomic_load_explicit(&s->cancelled, memory_order_relaxed) && it->type != TFD_ITEM_FREE &&
         it->type != TFD_ITEM_MARKER) {
-        if (it->type == TFD_ITEM_READ) {
+        /* Whoever waits for a skipped copy (a pending transfer) still hears about it. */
+        if (it->type == TFD_ITEM_READ || (it->type == TFD_ITEM_WRITE && it->done)) {
             it->outcome.status = TF_ERR_DISCONNECTED;
             complete_item(s, it);
             return;
@@ -209,6 +210,12 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
             st = be->vt->copy_to_device(be, s->native, it->u.copy.device, it->u.copy.host,
                                         it->u.copy.bytes);
             if (st != TF_OK) note_failure(s, it, st, "copy to device failed");
+        }
+        /* A write someone waits for (a pending upload) completes like a read. */
+        if (it->done) {
+            it->outcome = s->failure;
+            complete_item(s, it);
+            return;
         }
         tfd_item_free(it);
         return;

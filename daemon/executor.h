@@ -36,7 +36,7 @@ typedef enum tfd_item_type {
     TFD_ITEM_MARKER = 5, /* complete once everything before it has completed */
 } tfd_item_type;
 
-/* Runs on the loop thread when a READ or MARKER item has completed. */
+/* Runs on the loop thread when a READ, MARKER or waited-for WRITE item has completed. */
 typedef void (*tfd_item_done_fn)(tfd_item *item);
 
 /* What a completed item reports: OK, or the stream's first failure since the last report. */
@@ -58,14 +58,19 @@ struct tfd_item {
             void *device;    /* WRITE: destination; READ: source */
             void *host;      /* WRITE: source; READ: destination */
             size_t bytes;
-            void *owned;     /* WRITE: the frame holding the source bytes, freed after the copy */
+            void *owned;     /* WRITE: the frame holding the source bytes, freed with the item;
+                                NULL when the host memory is someone else's (a pinned buffer) */
         } copy;
         struct {
             void *ptr;
             size_t bytes;
         } free;
     } u;
-    /* For READ and MARKER: called on the loop thread once complete. */
+    /*
+     * For READ and MARKER, and for a WRITE that sets it (a pending upload):
+     * called on the loop thread once complete, also when a cancelled stream
+     * skipped the copy (outcome TF_ERR_DISCONNECTED).
+     */
     tfd_item_done_fn done;
     void *done_arg;
     uint64_t tag;        /* the waiting request's sequence number */

@@ -1,7 +1,8 @@
 /*
  * Free: releases tensors outside any batch. The device memory is freed on the
  * stream, after every item queued before it, so work still in flight keeps
- * reading valid memory. No reply: a handle that is not live is only counted.
+ * reading valid memory. No reply: a handle that is not live is only counted,
+ * and a tensor in a pending transfer is kept (the client refuses that first).
  */
 #include "daemon/log.h"
 #include "daemon/server.h"
@@ -9,6 +10,12 @@
 void tfd_handle_free(tfd_conn *c, Tenferro__Frame *frame) {
     Tenferro__Free *fr = frame->free;
     for (size_t i = 0; i < fr->n_tensors; i++) {
+        tfd_tensor *t = tfd_tensor_table_find(&c->tensors, fr->tensors[i]);
+        if (t && t->in_flight) {
+            tfd_log(TFD_LOG_INFO, "client %llu freed tensor %llu while a transfer uses it: kept",
+                    (unsigned long long)c->client_id, (unsigned long long)fr->tensors[i]);
+            continue;
+        }
         tfd_tensor rec;
         if (tfd_tensor_table_remove(&c->tensors, fr->tensors[i], &rec) != 0) {
             tfd_log(TFD_LOG_DEBUG, "client %llu freed tensor %llu, which is not live",

@@ -1,7 +1,8 @@
 /*
  * Hello: the handshake. Checks the protocol version, records the client's
  * name, admits the peer ([access], access.c), creates its logical stream at
- * the peer's priority class and answers with the daemon's limits.
+ * the peer's priority class and its completion page (pinned.h), and answers
+ * with the daemon's limits, the page's memfd riding on the reply.
  */
 #include <stdio.h>
 #include <string.h>
@@ -72,6 +73,15 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         tfd_conn_close(c);
         return;
     }
+    int page_fd = -1;
+    tf_status st = tfd_completion_page_create(&c->completion, &page_fd, msg, sizeof msg);
+    if (st != TF_OK) {
+        tfd_log(TFD_LOG_ERROR, "client %llu: no completion page: %s", (unsigned long long)c->client_id,
+                msg);
+        tfd_conn_reply(c, seq, st, "tenferrod cannot create the completion page: %s", msg);
+        tfd_conn_close(c);
+        return;
+    }
     c->hello_done = 1;
     tfd_log(TFD_LOG_INFO, "client %llu connected: pid %d uid %u name %s priority %d",
             (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid, c->name, c->priority);
@@ -83,8 +93,9 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
     reply.max_frame_bytes = srv->opt.max_frame_bytes;
     reply.client_id = c->client_id;
     reply.daemon_version = TFD_VERSION_STRING;
+    reply.completion_slots = (uint32_t)TF__COMPLETION_SLOTS;
     out.seq = seq;
     out.body_case = TENFERRO__FRAME__BODY_HELLO_REPLY;
     out.hello_reply = &reply;
-    tfd_conn_send(c, &out);
+    tfd_conn_send_with_fd(c, &out, page_fd);
 }

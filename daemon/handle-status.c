@@ -44,6 +44,7 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
         ci->scoped_active = o->scoped_active;
         ci->queued_items = o->stream ? tfd_stream_queued(o->stream) : 0;
         ci->priority = o->priority;
+        ci->pinned_bytes = o->buffers.bytes;
         info_ptrs[k++] = ci;
     }
 

@@ -67,6 +67,10 @@ void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
             snprintf(msg, sizeof msg, "tensor %llu is not live on this connection",
                      (unsigned long long)up->tensor);
             st = TF_ERR_UNKNOWN_HANDLE;
+        } else if (t->in_flight) {
+            snprintf(msg, sizeof msg, "tensor %llu is in a pending transfer: wait for it first",
+                     (unsigned long long)up->tensor);
+            st = TF_ERR_BUSY;
         } else if (up->offset > t->bytes || up->data.len > t->bytes - up->offset) {
             snprintf(msg, sizeof msg, "write of %zu bytes at offset %llu does not fit tensor %llu (%zu bytes)",
                      up->data.len, (unsigned long long)up->offset, (unsigned long long)up->tensor,
@@ -148,6 +152,11 @@ void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_tensor *t = tfd_tensor_table_find(&c->tensors, id);
     if (!t) {
         refuse_download(c, seq, TF_ERR_UNKNOWN_HANDLE, "tensor %llu is not live on this connection",
+                        (unsigned long long)id);
+        return;
+    }
+    if (t->in_flight) {
+        refuse_download(c, seq, TF_ERR_BUSY, "tensor %llu is in a pending transfer: wait for it first",
                         (unsigned long long)id);
         return;
     }

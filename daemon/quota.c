@@ -25,7 +25,7 @@ static int any_limit(const tfd_quota *q) {
 /* Adds what connection c holds to used[]. */
 static void add_usage(const tfd_conn *c, uint64_t used[N_RESOURCES]) {
     used[R_DEVICE_BYTES] += c->tensors.bytes;
-    /* used[R_PINNED_BYTES]: no pinned buffers exist yet. */
+    used[R_PINNED_BYTES] += c->buffers.bytes;
     used[R_LIVE_TENSORS] += c->tensors.count;
     used[R_QUEUED_OPS] += c->stream ? tfd_stream_queued(c->stream) : 0;
 }
@@ -65,12 +65,11 @@ static int uid_usage(const tfd_conn *c, uint64_t used[N_RESOURCES]) {
     return n;
 }
 
-tf_status tfd_quota_check(tfd_conn *c, uint64_t more_bytes, uint64_t more_tensors,
-                          uint64_t more_queued, char *msg, size_t len) {
+/* Holds what a request asks for (ask[], per resource) against the client and the uid quota. */
+static tf_status check(tfd_conn *c, const uint64_t ask[N_RESOURCES], char *msg, size_t len) {
     const tfd_options *opt = &c->srv->opt;
     int per_client = any_limit(&opt->client_quota), per_uid = any_limit(&opt->uid_quota);
     if (!per_client && !per_uid) return TF_OK;
-    const uint64_t ask[N_RESOURCES] = {more_bytes, 0, more_tensors, more_queued};
     if (per_client) {
         uint64_t used[N_RESOURCES] = {0};
         add_usage(c, used);
@@ -89,4 +88,15 @@ tf_status tfd_quota_check(tfd_conn *c, uint64_t more_bytes, uint64_t more_tensor
 refused:
     c->srv->counters.quota_refusals++;
     return TF_ERR_QUOTA;
+}
+
+tf_status tfd_quota_check(tfd_conn *c, uint64_t more_bytes, uint64_t more_tensors,
+                          uint64_t more_queued, char *msg, size_t len) {
+    const uint64_t ask[N_RESOURCES] = {more_bytes, 0, more_tensors, more_queued};
+    return check(c, ask, msg, len);
+}
+
+tf_status tfd_quota_check_pinned(tfd_conn *c, uint64_t more_pinned, char *msg, size_t len) {
+    const uint64_t ask[N_RESOURCES] = {0, more_pinned, 0, 0};
+    return check(c, ask, msg, len);
 }

@@ -1,6 +1,6 @@
 /*
- * Quotas: whether a request that would add device bytes, live tensors or
- * queued operations fits the limits of [quota.client] (per connection) and
+ * Quotas: whether a request that would add device bytes, live tensors,
+ * queued operations or pinned bytes fits the limits of [quota.client] (per connection) and
  * [quota.uid] (summed over every connection of the same uid). A request that
  * would go over a limit is refused with TF_ERR_QUOTA before anything is
  * allocated; nothing already accepted is touched.
@@ -12,8 +12,9 @@
  *  - queued_ops: the items on the connection's stream not yet executed, plus
  *    what the caller says this request adds (for a batch: every operation it
  *    accepted so far, and this one);
- *  - pinned_bytes: nothing allocates pinned buffers yet, so its usage is 0 and
- *    it never refuses; it applies once pinned buffers exist.
+ *  - pinned_bytes: the connection's pinned buffers (handle-buffer.c); a
+ *    BufferFree gives the room back at once. The daemon-wide limit on pinned
+ *    memory ([daemon] max_pinned_bytes) is checked by BufferCreate itself.
  *
  * A limit of 0 is unlimited. With every limit 0 (the default) a check returns
  * at once; the per-uid sum walks the connection list only when a uid limit is
@@ -35,5 +36,8 @@
  */
 tf_status tfd_quota_check(tfd_conn *c, uint64_t more_bytes, uint64_t more_tensors,
                           uint64_t more_queued, char *msg, size_t len);
+
+/* The same check for a pinned buffer of more_pinned bytes (BufferCreate). */
+tf_status tfd_quota_check_pinned(tfd_conn *c, uint64_t more_pinned, char *msg, size_t len);
 
 #endif

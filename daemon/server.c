@@ -130,6 +130,7 @@ void tfd_server_reload(tfd_server *srv) {
         tfd_log(TFD_LOG_WARN, "reload: device, workers, max_frame_bytes and socket settings change "
                               "only at restart; keeping the running ones");
     cur->max_clients = next.max_clients;
+    cur->max_pinned_bytes = next.max_pinned_bytes;
     cur->log_level = next.log_level;
     cur->policy = next.policy;
     cur->wait_deadline_ms = next.wait_deadline_ms;

@@ -11,9 +11,11 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "common/completion.h"
 #include "common/frame.h"
 #include "daemon/backend/backend.h"
 #include "daemon/executor.h"
+#include "daemon/pinned.h"
 #include "daemon/reservation.h"
 #include "daemon/tensor-table.h"
 #include "tenferro/version.h"
@@ -53,6 +55,7 @@ typedef struct tfd_options {
     char device[32];          /* "auto", "cpu", "cuda:N" */
     int workers;              /* executor worker threads; 0 = one per core (at most 16) */
     uint64_t max_frame_bytes;
+    uint64_t max_pinned_bytes; /* pinned buffers of every client together; 0 = unlimited */
     tfd_policy policy;
     uint64_t wait_deadline_ms; /* how long a queued opener waits under the wait policy */
     int max_clients;
@@ -92,7 +95,15 @@ typedef struct tfd_options {
     X(tensors_freed)          \
     X(bytes_uploaded)         \
     X(bytes_downloaded)       \
-    X(clients_terminated)
+    X(clients_terminated)     \
+    X(pinned_buffers_created) \
+    X(pinned_buffers_live)    \
+    X(pinned_bytes_live)      \
+    X(transfers_accepted)     \
+    X(transfers_refused)      \
+    X(transfers_completed)    \
+    X(transfers_failed)       \
+    X(transfers_detached)
 
 typedef struct tfd_counters {
 #define TFD_COUNTER_FIELD_(name) uint64_t name;
@@ -120,6 +131,8 @@ typedef struct tfd_startup {
 int tfd_startup_options(const tfd_startup *startup, tfd_options *opt, char *err, size_t err_len);
 
 typedef struct tfd_conn tfd_conn;
+struct tfd_transfer;
+struct tfd_held_frame;
 
 typedef struct tfd_server {
     uv_loop_t *loop;
@@ -175,6 +188,17 @@ struct tfd_conn {
     tfd_queued_request *queued; /* request waiting for the domain, or NULL */
     int admitted_from_queue;    /* the replayed request was admitted while queued */
     uint64_t admitted_session_id;
+
+    /* Pinned buffers and pending transfers (handle-buffer.c, handle-pending.c). */
+    tf__completion_slot *completion; /* the daemon's mapping of the client's completion page */
+    tfd_pinned_table buffers;
+    /* Each slot's transfer: in flight, or completed and kept until the slot is used again. */
+    struct tfd_transfer *transfers[TF__COMPLETION_SLOTS];
+    uint32_t transfers_in_flight;
+
+    /* Replies held back behind one that carries a file descriptor (connection.c). */
+    struct tfd_held_frame *held_head, *held_tail;
+    uv_timer_t *held_timer; /* retries such a reply while the socket is full */
 };
 
 /* Monotonic milliseconds. */
@@ -194,6 +218,12 @@ void tfd_server_drain_check(tfd_server *srv);
 void tfd_conn_accept(tfd_server *srv);
 /* Encodes and queues a frame; closes the connection if it cannot be encoded. */
 void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame);
+/*
+ * Sends a frame with file descriptor fd as SCM_RIGHTS on its first byte, in
+ * order with every other reply; takes ownership of fd (closed once sent, or
+ * when the connection goes).
+ */
+void tfd_conn_send_with_fd(tfd_conn *c, Tenferro__Frame *frame, int fd);
 /* Sends a Result frame answering request `seq`. */
 void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -201,6 +231,8 @@ void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt
 void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Starts closing: frees the connection's tensors, drains its stream, releases what it held. */
 void tfd_conn_close(tfd_conn *c);
+/* Frees a closing connection once its pipe is closed, its stream drained and no transfer is in flight. */
+void tfd_conn_maybe_free(tfd_conn *c);
 
 /* Dispatch (dispatch.c): routes one decoded frame to its handler; takes ownership of it. */
 void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame);
@@ -215,6 +247,21 @@ void tfd_handle_submit(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_session_release(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_admin(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_buffer_create(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_buffer_free(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_transfer_release(tfd_conn *c, Tenferro__Frame *frame);
+
+/* A connection's pinned buffers (handle-buffer.c). */
+/* Removes buffer id from c's table, unregisters and unmaps it, and counts it gone. */
+void tfd_conn_buffer_drop(tfd_conn *c, uint64_t id);
+/*
+ * Releases c's pinned memory: at close (all = 0) every buffer no transfer
+ * uses; at the final free (all = 1) every buffer and the completion page.
+ */
+void tfd_conn_buffers_release(tfd_conn *c, int all);
+/* Frees the records of completed transfers kept for a late release (handle-pending.c). */
+void tfd_conn_transfers_forget(tfd_conn *c);
 
 /* Admission (admission.c): the reservation table applied to connections. */
 /*

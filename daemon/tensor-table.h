@@ -20,6 +20,7 @@ typedef struct tfd_tensor {
     tf__meta meta;
     void *data;  /* device memory */
     size_t bytes;
+    int in_flight; /* a pending transfer owns it: no operation, download, write or free may touch it */
 } tfd_tensor;
 
 typedef struct tfd_tensor_table {

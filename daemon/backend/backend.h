@@ -100,6 +100,16 @@ typedef struct tfd_backend_vtable {
      * it failed.
      */
     tf_status (*trim)(tfd_backend *be, char *msg, size_t msg_len);
+
+    /*
+     * Optional (NULL = plain host memory is good enough): page-locks host
+     * memory the daemon mapped for a pinned buffer (a sealed memfd shared with
+     * a client) so copies to and from it are one DMA, and undoes that before
+     * the mapping goes. Called from the loop thread; unregister is only called
+     * for a range register accepted, once no copy uses it.
+     */
+    tf_status (*host_register)(tfd_backend *be, void *ptr, size_t bytes, char *msg, size_t msg_len);
+    void (*host_unregister)(tfd_backend *be, void *ptr);
 } tfd_backend_vtable;
 
 struct tfd_backend {

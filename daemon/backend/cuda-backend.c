@@ -922,6 +922,24 @@ static tf_status cuda_health(tfd_backend *be, char *msg, size_t msg_len) {
     return TF_ERR_DEVICE;
 }
 
+/* Page-locks a pinned buffer's mapping (a sealed memfd shared with a client) for direct DMA. */
+static tf_status cuda_host_register(tfd_backend *be, void *ptr, size_t bytes, char *msg,
+                                    size_t msg_len) {
+    tf_status st = enter(be->impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    TFD_CUDA_CHECK_RET(cudaHostRegister(ptr, bytes, cudaHostRegisterDefault), msg, msg_len);
+    return TF_OK;
+}
+
+/* Undoes cuda_host_register once no copy uses the range; a poisoned context unregisters nothing. */
+static void cuda_host_unregister(tfd_backend *be, void *ptr) {
+    char msg[256];
+    if (enter(be->impl, msg, sizeof msg) != TF_OK) return;
+    cudaError_t e = cudaHostUnregister(ptr);
+    if (e != cudaSuccess)
+        (void)tfd_cuda_fail(e, "cudaHostUnregister(ptr)", __FILE__, __LINE__, NULL, 0);
+}
+
 const tfd_backend_vtable tfd_cuda_backend = {
     .name = "cuda",
     .open = cuda_open,
@@ -943,4 +961,6 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .event_destroy = cuda_event_destroy,
     .health = cuda_health,
     .trim = cuda_trim,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
 };

@@ -5,6 +5,7 @@
 #include "tenferro/client.h"
 #include "tenferro/session.h"
 #include "tenferro/status.h"
+#include "tenferro/transfer.h"
 #include "tenferro/types.h"
 #include "tenferro/version.h"
 #include "tenferro/view.h"

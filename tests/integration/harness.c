@@ -200,6 +200,42 @@ static int read_exact(int fd, uint8_t *buf, size_t len, int timeout_ms) {
     return 0;
 }
 
+/*
+ * Reads exactly len bytes like read_exact, with recvmsg, keeping the first
+ * descriptor passed along with them in *got (later ones are closed).
+ */
+static int read_exact_fd(int fd, uint8_t *buf, size_t len, int timeout_ms, int *got) {
+    while (len > 0) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, timeout_ms) <= 0) return -1;
+        struct iovec iov = {.iov_base = buf, .iov_len = len};
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(4 * sizeof(int))];
+        } control;
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+                           .msg_controllen = sizeof control.buf};
+        ssize_t n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
+            size_t count = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < count; i++) {
+                int passed;
+                memcpy(&passed, CMSG_DATA(cm) + i * sizeof(int), sizeof passed);
+                if (*got < 0)
+                    *got = passed;
+                else
+                    close(passed);
+            }
+        }
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
 Tenferro__Frame *th_raw_recv(int fd, int timeout_ms) {
     uint8_t header[4];
     if (read_exact(fd, header, 4, timeout_ms) != 0) return NULL;
@@ -211,6 +247,25 @@ Tenferro__Frame *th_raw_recv(int fd, int timeout_ms) {
     }
     Tenferro__Frame *f = tf__frame_decode(body, len);
     free(body);
+    return f;
+}
+
+Tenferro__Frame *th_raw_recv_fd(int fd, int timeout_ms, int *received_fd) {
+    *received_fd = -1;
+    uint8_t header[4];
+    uint8_t *body = NULL;
+    Tenferro__Frame *f = NULL;
+    if (read_exact_fd(fd, header, 4, timeout_ms, received_fd) == 0) {
+        uint32_t len = tf__frame_peek_length(header);
+        body = malloc(len ? len : 1);
+        if (body && read_exact_fd(fd, body, len, timeout_ms, received_fd) == 0)
+            f = tf__frame_decode(body, len);
+    }
+    free(body);
+    if (!f && *received_fd >= 0) {
+        close(*received_fd);
+        *received_fd = -1;
+    }
     return f;
 }
 

@@ -131,6 +131,12 @@ int th_raw_send(int fd, Tenferro__Frame *frame);
 int th_raw_send_bytes(int fd, const void *bytes, size_t len);
 /* Receives one frame, waiting up to timeout_ms; NULL on EOF, timeout or a bad frame. */
 Tenferro__Frame *th_raw_recv(int fd, int timeout_ms);
+/*
+ * Receives one frame like th_raw_recv, also taking the file descriptor that
+ * arrived as SCM_RIGHTS with its bytes: *received_fd is that descriptor (the
+ * caller closes it) or -1 when none came.
+ */
+Tenferro__Frame *th_raw_recv_fd(int fd, int timeout_ms, int *received_fd);
 /* 1 when the peer has closed the connection (EOF within timeout_ms). */
 int th_raw_closed(int fd, int timeout_ms);
 

@@ -11,8 +11,9 @@
  * with, synchronize, download, close), so both entry paths carry every kind
  * of operation. Besides the operations: a chain of dependent operations,
  * rank-0 tensors, tf_download_into's buffer reuse, tensors larger than the
- * daemon's frame limit (sent in many chunks), and, at the end of every test,
- * that freeing every tensor returns the daemon's device memory to zero.
+ * daemon's frame limit (through the staging buffer, and inline in many
+ * chunks when a pinned quota refuses the staging buffer), and, at the end of
+ * every test, that freeing every tensor returns the daemon's device memory to zero.
  *
  * Tolerances are relative, th_tolerance(dtype), with a floor of 1 so that
  * results near zero are judged by absolute error; for sums and matrix
@@ -65,14 +66,22 @@ static struct {
         if (st_ != TF_OK) return st_;                                                          \
     } while (0)
 
-/* Starts a private daemon (with --max-frame-bytes when max_frame is given) and connects. */
-static void start(const char *max_frame) {
+/*
+ * Starts a private daemon and connects: with --max-frame-bytes when max_frame
+ * is given, and --client-pinned-bytes when pinned is.
+ */
+static void start_with(const char *max_frame, const char *pinned) {
     memset(&F, 0, sizeof F);
-    int rc = max_frame ? th_daemon_start(&F.d, "--max-frame-bytes", max_frame, NULL)
-                       : th_daemon_start(&F.d, NULL);
+    int rc = pinned ? th_daemon_start(&F.d, "--max-frame-bytes", max_frame, "--client-pinned-bytes",
+                                      pinned, NULL)
+             : max_frame ? th_daemon_start(&F.d, "--max-frame-bytes", max_frame, NULL)
+                         : th_daemon_start(&F.d, NULL);
     ck_assert_msg(rc == 0, "tenferrod did not start");
     F.c = th_connect(&F.d);
 }
+
+/* Starts a private daemon (with --max-frame-bytes when max_frame is given) and connects. */
+static void start(const char *max_frame) { start_with(max_frame, NULL); }
 
 /* Remembers a tensor so that finish() frees it; returns it. */
 static tf_tensor keep(tf_tensor t) {
@@ -703,29 +712,42 @@ END_TEST
 /* ---- tensors larger than a frame ---- */
 
 /*
- * Large f64 and c128 tensors against a 64 KiB frame limit: chunked upload,
- * scale, sum, download; also sizes of exactly one chunk (64 KiB less the
- * client's 4 KiB allowance for the message) and one element past it.
+ * Large f64 and c128 tensors against a 64 KiB frame limit: upload, scale,
+ * sum, download; also sizes of exactly one chunk (64 KiB less the client's 4
+ * KiB allowance for the message) and one element past it. Run 0 lets the
+ * blocking routes use the staging buffer: a large tensor is two requests
+ * (create, transfer) whatever the frame limit. Run 1 gives the client a
+ * pinned quota too small for any staging buffer, so everything travels
+ * inline: the upload and both downloads need many frames of at most 64 KiB.
  */
 START_TEST(test_large_chunked) {
     static const struct {
         tf_dtype dt;
         int64_t n;
     } cases[] = {{TF_F64, 1000003}, {TF_C128, 300001}, {TF_F64, 7680}, {TF_F32, 15361}};
-    start("65536");
+    const int inline_only = _i == 1;
+    start_with("65536", inline_only ? "4096" : NULL);
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         const tf_dtype dt = cases[k].dt;
         const int64_t shape[1] = {cases[k].n};
         const size_t n = (size_t)cases[k].n, bytes = n * tf_dtype_size(dt);
+        const int staged = !inline_only && bytes >= 65536;
         const uint64_t received = th_counter(&F.d, "frames_received");
         const uint64_t sent = th_counter(&F.d, "frames_sent");
+        const uint64_t moved = th_counter(&F.d, "transfers_completed");
         double complex *x;
         call_job job = {NULL, NULL, 1, ALPHA, BETA, {upload_fresh(dt, 1, shape, 0, &x), 0}, 0};
         const void *got = run_fetch((int)k % 2, run_call, &job, &job.out, dt, 1, shape);
         const void *back = fetch(job.in[0], dt, 1, shape);
-        /* The upload and both downloads each needed many frames of at most 64 KiB. */
-        ck_assert_uint_ge(th_counter(&F.d, "frames_received") - received, bytes / 65536);
-        ck_assert_uint_ge(th_counter(&F.d, "frames_sent") - sent, 2 * (bytes / 65536));
+        if (staged) {
+            /* Three transfers (upload, two downloads), each a request or two, whatever the size. */
+            ck_assert_uint_eq(th_counter(&F.d, "transfers_completed") - moved, 3);
+            ck_assert_uint_lt(th_counter(&F.d, "frames_received") - received, 16);
+        } else {
+            ck_assert_uint_eq(th_counter(&F.d, "transfers_completed"), moved);
+            ck_assert_uint_ge(th_counter(&F.d, "frames_received") - received, bytes / 65536);
+            ck_assert_uint_ge(th_counter(&F.d, "frames_sent") - sent, 2 * (bytes / 65536));
+        }
         expect_close("large round trip", dt, n, back, x, 1.0, 0.0);
         const double complex alpha = coefficient(dt, ALPHA);
         double complex *ref = scratch(n * sizeof *ref), total = 0;
@@ -760,7 +782,7 @@ int main(void) {
     tcase_add_test(tc, test_chain);
     tcase_add_test(tc, test_scalars);
     tcase_add_test(tc, test_download_into_reuses);
-    tcase_add_test(tc, test_large_chunked);
+    tcase_add_loop_test(tc, test_large_chunked, 0, 2);
     suite_add_tcase(suite, tc);
     SRunner *sr = srunner_create(suite);
     srunner_run_all(sr, CK_NORMAL);

@@ -5,7 +5,9 @@
  * processes running for S seconds, each with its own seed, doing a random mix
  * of: scoped sessions of 1-20 operations; held sessions (open, callbacks,
  * submit or synchronize, close, release or a disconnect while holding);
- * uploads and downloads of up to a few MB; deliberate bad calls whose typed
+ * uploads and downloads of up to a few MB (blocking, inline or staged, and in
+ * a third of them also through pinned buffers and pending transfers, which
+ * a kill may catch in flight); deliberate bad calls whose typed
  * error is expected, through the client library and as raw frames the daemon
  * itself must refuse; disconnects and reconnects; and per-connection checks
  * that the daemon holds exactly the tensors the client believes it holds.
@@ -77,7 +79,7 @@
     X(scoped_ok) X(scoped_refused) X(held_opened) X(held_refused) X(held_callbacks)               \
     X(submits) X(synchronizes) X(closes) X(releases) X(abandons) X(ops) X(uploads)                \
     X(downloads) X(bytes_up) X(bytes_down) X(checked) X(lost) X(expected) X(unexpected)           \
-    X(reconnects) X(checkpoints) X(raw_bad) X(frees)
+    X(reconnects) X(checkpoints) X(raw_bad) X(frees) X(pinned)
 
 enum {
 #define ENUM_(n) C_##n,
@@ -1101,6 +1103,36 @@ static void held_session(child *ch) {
 
 /* ---- transfers ---- */
 
+/* Runs one pending transfer of `b` and tensor t to its wait; returns check_status's verdict. */
+static int pending_round(child *ch, int upload, tf_pinned_buffer *b, tf_tensor t) {
+    tf_pending *p = NULL;
+    tf_status st = upload ? tf_upload_pending(ch->c, b, t, &p) : tf_download_pending(ch->c, t, b, &p);
+    if (st == TF_OK) st = tf_pending_wait(p, &t, &b);
+    return check_status(ch, st, TF_OK, TF_OK, upload ? "pending upload" : "pending download");
+}
+
+/*
+ * Sends `data` through the pending routes too: a pending upload of it from a
+ * pinned buffer into t (which already holds it), then a pending download into
+ * a second buffer, compared byte for byte.
+ */
+static void pinned_round_trip(child *ch, tf_tensor t, const uint8_t *data, size_t bytes) {
+    tf_pinned_buffer *up = NULL, *down = NULL;
+    tf_status st = tf_pinned_buffer_new(ch->c, bytes, &up);
+    if (st == TF_OK) st = tf_pinned_buffer_new(ch->c, bytes, &down);
+    if (check_status(ch, st, TF_OK, TF_OK, "tf_pinned_buffer_new") == 0) {
+        memcpy(tf_pinned_buffer_data(up), data, bytes);
+        if (pending_round(ch, 1, up, t) == 0 && pending_round(ch, 0, down, t) == 0) {
+            ch->rep.c[C_pinned]++;
+            ch->rep.c[C_checked]++;
+            if (memcmp(tf_pinned_buffer_data(down), data, bytes) != 0)
+                lost(ch, "pending round trip of %zu bytes came back different", bytes);
+        }
+    }
+    if (up) check_status(ch, tf_pinned_buffer_free(up), TF_OK, TF_OK, "tf_pinned_buffer_free");
+    if (down) check_status(ch, tf_pinned_buffer_free(down), TF_OK, TF_OK, "tf_pinned_buffer_free");
+}
+
 /* Uploads a tensor of random size (up to a few MB), downloads it and compares bytes. */
 static void transfer(child *ch) {
     static const tf_dtype dts[4] = {TF_F32, TF_F64, TF_C64, TF_C128};
@@ -1140,6 +1172,7 @@ static void transfer(child *ch) {
     }
     ch->rep.c[C_uploads]++;
     ch->rep.c[C_bytes_up] += bytes;
+    if (chance(ch, 33)) pinned_round_trip(ch, t, data, bytes);
     void *back = NULL;
     size_t got = 0;
     if (chance(ch, 50)) {

@@ -542,6 +542,52 @@ START_TEST(test_reads_complete) {
 END_TEST
 
 /*
+ * A WRITE someone waits for (a pending upload from a pinned buffer) completes
+ * like a READ: on the loop thread, in order, with the stream's pending failure
+ * when one skipped it, and with TF_ERR_DISCONNECTED once the stream is
+ * cancelled (as are cancelled READs). Its host memory is never freed: it owns
+ * no frame (a stack buffer here, which a free would make ASan report).
+ */
+START_TEST(test_waited_writes) {
+    tfd_stream *s = new_stream();
+    double x[N], back[N], stale[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = 0.25 * i - 1;
+        back[i] = stale[i] = -9.0;
+    }
+    void *dev = dev_alloc(s, sizeof x);
+    put(s, waited(copy_item(TFD_ITEM_WRITE, dev, x, sizeof x, 0), 1));
+    put(s, waited(copy_item(TFD_ITEM_READ, dev, back, sizeof x, 0), 2));
+    run_until(2);
+    assert_done(0, TFD_ITEM_WRITE, 1, TF_OK);
+    assert_done(1, TFD_ITEM_READ, 2, TF_OK);
+    assert_vec(back, x, N);
+
+    /* After a failed operation the waited write is skipped and reports that failure. */
+    put(s, bad_op(TF__OP_NONE, dev, 4, 0));
+    put(s, waited(copy_item(TFD_ITEM_WRITE, dev, stale, sizeof x, 0), 3));
+    put(s, marker(4));
+    run_until(4);
+    assert_done(2, TFD_ITEM_WRITE, 3, TF_ERR_UNSUPPORTED);
+    assert_done(3, TFD_ITEM_MARKER, 4, TF_ERR_UNSUPPORTED);
+    assert_vec(dev, x, N); /* the skipped write did not copy */
+
+    /* A cancelled stream skips both kinds of copies and still reports them. */
+    tfd_stream_cancel(s);
+    put(s, waited(copy_item(TFD_ITEM_WRITE, dev, stale, sizeof x, 0), 5));
+    put(s, waited(copy_item(TFD_ITEM_READ, dev, back, sizeof x, 0), 6));
+    put(s, free_item(dev));
+    put(s, marker(7));
+    run_until(7);
+    assert_done(4, TFD_ITEM_WRITE, 5, TF_ERR_DISCONNECTED);
+    assert_done(5, TFD_ITEM_READ, 6, TF_ERR_DISCONNECTED);
+    assert_done(6, TFD_ITEM_MARKER, 7, TF_OK);
+    assert_vec(back, x, N);
+    for (int i = 0; i < N; i++) ck_assert(stale[i] == -9.0);
+}
+END_TEST
+
+/*
  * FREE items return every byte and allocation to the counters, across streams; a failed allocation
  * counts nothing.
  */
@@ -616,6 +662,7 @@ static Suite *executor_suite(void) {
     tcase_add_test(tc, test_failure_stays_on_its_stream);
     tcase_add_test(tc, test_complete_if_idle);
     tcase_add_test(tc, test_reads_complete);
+    tcase_add_test(tc, test_waited_writes);
     tcase_add_test(tc, test_free_counters);
     tcase_add_test(tc, test_destroy_from_final_marker);
     suite_add_tcase(s, tc);

@@ -1,0 +1,159 @@
+/*
+ * The client's side of the completion page (common/completion.h): mapping
+ * the page the daemon passed with HelloReply, handing out its slots (a
+ * bitmap; slot 0 is kept for the blocking staged route, the others serve
+ * pending transfers), and waiting on a slot. The daemon writes a slot's
+ * status, then its state DONE (release order), then wakes the shared futex on
+ * the state word, so readiness is one atomic load and a wait sleeps in the
+ * kernel. A wait never trusts the daemon to wake it: it sleeps in bounded
+ * steps and checks the connection between them.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/internal.h"
+
+/* Longest sleep on a slot before the connection is checked again. */
+#define WAIT_STEP_NS 100000000L
+/* How long a wait polls the slot before sleeping: a copy that is microseconds away costs no wake-up. */
+#define WAIT_SPIN_NS 30000u
+
+tf_status tf__completion_map(tf_client *c, uint32_t slots, int fd) {
+    struct stat sb;
+    void *page = MAP_FAILED;
+    if (slots > TF__COMPLETION_SLOTS) slots = TF__COMPLETION_SLOTS;
+    /* A page shorter than promised would fault (SIGBUS) on its last slots: refuse it. */
+    if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size >= TF__COMPLETION_PAGE_BYTES)
+        page = mmap(NULL, TF__COMPLETION_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (page == MAP_FAILED || slots < 2)
+        return tf__fail(c, TF_ERR_UNSUPPORTED, "the daemon's completion page is unusable");
+    c->completion = page;
+    c->n_slots = slots;
+    c->slot_used[TF__STAGING_SLOT / 64] |= (uint64_t)1 << (TF__STAGING_SLOT % 64);
+    return TF_OK;
+}
+
+void tf__completion_unmap(tf_client *c) {
+    if (c->completion) munmap(c->completion, TF__COMPLETION_PAGE_BYTES);
+    c->completion = NULL;
+    c->n_slots = 0;
+}
+
+/* The state word of a slot. */
+static uint32_t *state_word(tf_client *c, uint32_t slot) { return &c->completion[slot].state; }
+
+/* Clears bit `slot` of a slot bitmap. */
+static void clear_bit(uint64_t *bits, uint32_t slot) { bits[slot / 64] &= ~((uint64_t)1 << (slot % 64)); }
+
+/* Returns the released slots the daemon has finished with to the free set. */
+static void reclaim_detached(tf_client *c) {
+    for (uint32_t w = 0; w < TF__COMPLETION_SLOTS / 64; w++) {
+        uint64_t bits = c->slot_detached[w];
+        while (bits) {
+            uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(bits);
+            bits &= bits - 1;
+            if (__atomic_load_n(state_word(c, slot), __ATOMIC_ACQUIRE) == TF__SLOT_DONE) {
+                clear_bit(c->slot_detached, slot);
+                tf__slot_release(c, slot);
+            }
+        }
+    }
+}
+
+/* The lowest free slot, or UINT32_MAX. */
+static uint32_t free_slot(const tf_client *c) {
+    for (uint32_t w = 0; w * 64 < c->n_slots; w++) {
+        uint64_t used = c->slot_used[w];
+        if (~used == 0) continue;
+        uint32_t slot = w * 64 + (uint32_t)__builtin_ctzll(~used);
+        return slot < c->n_slots ? slot : UINT32_MAX;
+    }
+    return UINT32_MAX;
+}
+
+tf_status tf__slot_acquire(tf_client *c, uint32_t *slot) {
+    uint32_t s = free_slot(c);
+    if (s == UINT32_MAX) {
+        reclaim_detached(c);
+        s = free_slot(c);
+    }
+    if (s == UINT32_MAX)
+        return tf__fail(c, TF_ERR_BUSY,
+                        "all %u completion slots are in use: wait for or release a pending transfer",
+                        c->n_slots - 1);
+    c->slot_used[s / 64] |= (uint64_t)1 << (s % 64);
+    *slot = s;
+    return TF_OK;
+}
+
+void tf__slot_arm(tf_client *c, uint32_t slot) {
+    c->completion[slot].status = TF_OK;
+    __atomic_store_n(state_word(c, slot), TF__SLOT_PENDING, __ATOMIC_RELEASE);
+}
+
+void tf__slot_release(tf_client *c, uint32_t slot) {
+    __atomic_store_n(state_word(c, slot), TF__SLOT_IDLE, __ATOMIC_RELAXED);
+    if (slot != TF__STAGING_SLOT) clear_bit(c->slot_used, slot);
+}
+
+void tf__slot_detach(tf_client *c, uint32_t slot) {
+    c->slot_detached[slot / 64] |= (uint64_t)1 << (slot % 64);
+}
+
+/* One relaxing instruction for a spin loop. */
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Nanoseconds of CLOCK_MONOTONIC. */
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Polls the slot for up to WAIT_SPIN_NS; returns 1 once it is no longer PENDING. */
+static int spin_until_done(uint32_t *word) {
+    uint64_t start = now_ns();
+    for (unsigned i = 1;; i++) {
+        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != TF__SLOT_PENDING) return 1;
+        cpu_relax();
+        if ((i & 63) == 0 && now_ns() - start > WAIT_SPIN_NS) return 0;
+    }
+}
+
+tf_status tf__slot_wait(tf_client *c, uint32_t slot, tf_status *transfer_status) {
+    uint32_t *word = state_word(c, slot);
+    spin_until_done(word);
+    for (;;) {
+        uint32_t state = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+        if (state == TF__SLOT_DONE) break;
+        if (state != TF__SLOT_PENDING) {
+            c->broken = 1;
+            return tf__fail(c, TF_ERR_DISCONNECTED,
+                            "connection to tenferrod lost: completion slot %u holds state %u",
+                            slot, state);
+        }
+        if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+        /* A shared (not FUTEX_PRIVATE) wait: the daemon's wake comes from another process. */
+        struct timespec step = {0, WAIT_STEP_NS};
+        long r = syscall(SYS_futex, word, FUTEX_WAIT, TF__SLOT_PENDING, &step, NULL, 0);
+        if (r != 0 && errno == ETIMEDOUT) {
+            tf_status st = tf__check_connection(c);
+            if (st != TF_OK) return st;
+        }
+    }
+    *transfer_status = (tf_status)__atomic_load_n(&c->completion[slot].status, __ATOMIC_RELAXED);
+    return TF_OK;
+}

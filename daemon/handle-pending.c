@@ -1,0 +1,242 @@
+/*
+ * Transfer and TransferRelease: pending copies between a pinned buffer and a
+ * tensor, reported through the client's completion page.
+ *
+ * A Transfer is checked completely before anything changes (docs/transfers.md
+ * lists the checks in order), then the buffer and the tensor are marked in
+ * flight, a WRITE (upload) or READ (download) item is queued on the
+ * connection's stream, and the request is answered at once: the daemon never
+ * waits for the copy. While in flight neither may be used by anything else:
+ * batch.c, handle-free.c and handle-transfer.c refuse the tensor with
+ * TF_ERR_BUSY, BufferFree and other transfers refuse the buffer.
+ *
+ * When the copy has completed, the item's callback runs on the loop thread:
+ * it clears both marks, then publishes the outcome in the transfer's slot
+ * (status, then state DONE, then a futex wake). A transfer the client released
+ * (TransferRelease: nobody will wait for it) frees its buffer and tensor
+ * first. A transfer whose connection has gone frees its buffer and lets the
+ * connection finish closing; its slot is not written.
+ *
+ * A release can reach the daemon after the copy completed (the client
+ * released while the DONE was on its way). So a completed transfer's record
+ * stays with its slot until the next Transfer on that slot replaces it: a
+ * late TransferRelease still finds it and frees the buffer and the tensor.
+ * The client reuses a slot only after it read DONE there, and a release is
+ * sent before that, so the record a release finds is always its own.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+
+/* A transfer in flight: what its completion needs. Owned by its item until then. */
+typedef struct tfd_transfer {
+    tfd_conn *conn;
+    uint64_t buffer, tensor;
+    size_t bytes;
+    uint32_t slot;
+    int upload;
+    int detached; /* TransferRelease: free buffer and tensor once the copy completed */
+    int done;     /* completed and published; kept for a late TransferRelease */
+} tfd_transfer;
+
+/* A Transfer's fields, read out of the frame before it is freed. */
+typedef struct transfer_request {
+    uint32_t direction;
+    uint64_t buffer, tensor, offset, bytes;
+    uint32_t slot;
+} transfer_request;
+
+/*
+ * Checks a Transfer in the documented order; the first failed check is the
+ * answer and nothing changes. On success *bp and *tp are the buffer and the
+ * tensor (valid until the tables change).
+ */
+static tf_status check_transfer(tfd_conn *c, const transfer_request *r, tfd_pinned **bp,
+                                tfd_tensor **tp, char *msg, size_t len) {
+    if (r->direction != TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD &&
+        r->direction != TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD) {
+        snprintf(msg, len, "transfer direction %u is neither upload (%d) nor download (%d)",
+                 r->direction, TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD,
+                 TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    tfd_pinned *b = tfd_pinned_table_find(&c->buffers, r->buffer);
+    if (!b) {
+        snprintf(msg, len, "pinned buffer %llu is not live on this connection",
+                 (unsigned long long)r->buffer);
+        return TF_ERR_UNKNOWN_HANDLE;
+    }
+    tfd_tensor *t = tfd_tensor_table_find(&c->tensors, r->tensor);
+    if (!t) {
+        snprintf(msg, len, "tensor %llu is not live on this connection",
+                 (unsigned long long)r->tensor);
+        return TF_ERR_UNKNOWN_HANDLE;
+    }
+    if (r->slot >= TF__COMPLETION_SLOTS) {
+        snprintf(msg, len, "completion slot %u is out of range: the page has %u slots (0..%u)",
+                 r->slot, (unsigned)TF__COMPLETION_SLOTS, (unsigned)TF__COMPLETION_SLOTS - 1);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (c->transfers[r->slot] && !c->transfers[r->slot]->done) {
+        snprintf(msg, len,
+                 "completion slot %u belongs to a transfer still in flight: wait for it or use a "
+                 "free slot",
+                 r->slot);
+        return TF_ERR_BUSY;
+    }
+    if (r->bytes != t->bytes) {
+        snprintf(msg, len, "length mismatch: the tensor has %zu bytes, the transfer names %llu",
+                 t->bytes, (unsigned long long)r->bytes);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (r->offset > b->bytes || r->bytes > b->bytes - r->offset) {
+        snprintf(msg, len,
+                 "transfer of %llu bytes at offset %llu does not fit pinned buffer %llu (%zu bytes)",
+                 (unsigned long long)r->bytes, (unsigned long long)r->offset,
+                 (unsigned long long)r->buffer, b->bytes);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (b->in_flight) {
+        snprintf(msg, len, "buffer %llu is already in a transfer: wait for it first",
+                 (unsigned long long)r->buffer);
+        return TF_ERR_BUSY;
+    }
+    if (t->in_flight) {
+        snprintf(msg, len, "tensor %llu is already in a transfer: wait for it first",
+                 (unsigned long long)r->tensor);
+        return TF_ERR_BUSY;
+    }
+    *bp = b;
+    *tp = t;
+    return TF_OK;
+}
+
+/* Frees what a released transfer moved: its buffer and its tensor (the client holds neither). */
+static void free_released(tfd_conn *c, const tfd_transfer *tr) {
+    tfd_pinned *b = tfd_pinned_table_find(&c->buffers, tr->buffer);
+    if (b && !b->in_flight) tfd_conn_buffer_drop(c, tr->buffer);
+    tfd_tensor *t = tfd_tensor_table_find(&c->tensors, tr->tensor);
+    tfd_tensor rec;
+    if (t && !t->in_flight && tfd_tensor_table_remove(&c->tensors, tr->tensor, &rec) == 0) {
+        tfd_free_tensor_storage(c, &rec);
+        c->srv->counters.tensors_freed++;
+    }
+}
+
+/* Loop thread, once the copy completed (or was skipped): release the marks, publish the outcome. */
+static void on_transfer_done(tfd_item *it) {
+    tfd_transfer *tr = it->done_arg;
+    tfd_conn *c = tr->conn;
+    tfd_server *srv = c->srv;
+    tf_status st = it->outcome.status;
+    tfd_item_free(it);
+    c->transfers_in_flight--;
+    tfd_pinned *b = tfd_pinned_table_find(&c->buffers, tr->buffer);
+    if (b) b->in_flight = 0;
+    /* A closing connection's tensor table is already gone (its tensors were freed on the stream). */
+    tfd_tensor *t = tfd_tensor_table_find(&c->tensors, tr->tensor);
+    if (t) t->in_flight = 0;
+    if (st == TF_OK) {
+        srv->counters.transfers_completed++;
+        if (tr->upload)
+            srv->counters.bytes_uploaded += tr->bytes;
+        else
+            srv->counters.bytes_downloaded += tr->bytes;
+    } else {
+        srv->counters.transfers_failed++;
+    }
+    if (c->closing) {
+        c->transfers[tr->slot] = NULL;
+        tfd_conn_buffer_drop(c, tr->buffer);
+        free(tr);
+        tfd_conn_maybe_free(c);
+        return;
+    }
+    if (tr->detached) {
+        c->transfers[tr->slot] = NULL;
+        free_released(c, tr);
+    } else {
+        tr->done = 1;
+    }
+    /* Released or not, the slot reads DONE once the daemon has let go of it: the client may reuse it. */
+    tfd_completion_post(c->completion, tr->slot, st);
+    if (tr->detached) free(tr);
+}
+
+void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame) {
+    const Tenferro__Transfer *m = frame->transfer;
+    transfer_request r = {m->direction, m->buffer, m->tensor, m->offset, m->bytes, m->slot};
+    uint64_t seq = frame->seq;
+    tf__frame_free(frame);
+    char msg[256];
+    tfd_pinned *b = NULL;
+    tfd_tensor *t = NULL;
+    tf_status st = check_transfer(c, &r, &b, &t, msg, sizeof msg);
+    int upload = r.direction == TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD;
+    tfd_transfer *tr = NULL;
+    tfd_item *it = NULL;
+    if (st == TF_OK) {
+        tr = calloc(1, sizeof *tr);
+        it = tfd_item_new(upload ? TFD_ITEM_WRITE : TFD_ITEM_READ);
+        if (!tr || !it) {
+            free(tr);
+            tfd_item_free(it);
+            snprintf(msg, sizeof msg, "out of host memory");
+            st = TF_ERR_NO_MEMORY;
+        }
+    }
+    if (st != TF_OK) {
+        c->srv->counters.transfers_refused++;
+        tfd_conn_reply(c, seq, st, "%s", msg);
+        return;
+    }
+    tr->conn = c;
+    tr->buffer = r.buffer;
+    tr->tensor = r.tensor;
+    tr->bytes = (size_t)r.bytes;
+    tr->slot = r.slot;
+    tr->upload = upload;
+    b->in_flight = 1;
+    t->in_flight = 1;
+    free(c->transfers[r.slot]); /* the slot's previous, completed transfer */
+    c->transfers[r.slot] = tr;
+    c->transfers_in_flight++;
+    /* No owned frame: the host side is the buffer's mapping, which outlives the copy. */
+    it->u.copy.device = t->data;
+    it->u.copy.host = (uint8_t *)b->map + r.offset;
+    it->u.copy.bytes = (size_t)r.bytes;
+    it->done = on_transfer_done;
+    it->done_arg = tr;
+    it->tag = seq;
+    c->srv->counters.transfers_accepted++;
+    tfd_stream_enqueue(c->stream, it, it, 1);
+    tfd_conn_reply(c, seq, TF_OK, NULL);
+}
+
+void tfd_handle_transfer_release(tfd_conn *c, Tenferro__Frame *frame) {
+    uint32_t slot = frame->transfer_release->slot;
+    tf__frame_free(frame);
+    tfd_transfer *tr = slot < TF__COMPLETION_SLOTS ? c->transfers[slot] : NULL;
+    if (!tr) {
+        tfd_log(TFD_LOG_DEBUG, "client %llu released slot %u, which has no transfer",
+                (unsigned long long)c->client_id, slot);
+        return;
+    }
+    if (tr->detached) return;
+    c->srv->counters.transfers_detached++;
+    tr->detached = 1;
+    if (!tr->done) return;
+    /* The copy completed before the release arrived: free what it moved now. */
+    c->transfers[slot] = NULL;
+    free_released(c, tr);
+    free(tr);
+}
+
+void tfd_conn_transfers_forget(tfd_conn *c) {
+    for (uint32_t s = 0; s < TF__COMPLETION_SLOTS; s++) {
+        free(c->transfers[s]);
+        c->transfers[s] = NULL;
+    }
+}

@@ -1,0 +1,1071 @@
+/*
+ * Integration tests of the daemon's side of pinned buffers and pending
+ * transfers (docs/transfers.md, DESIGN.md §6 and §9), spoken in raw frames so
+ * each check is about what the daemon itself does, not what the client
+ * library refuses first: the completion page that rides on HelloReply; sealed
+ * memfds from BufferCreate; uploads and downloads through a buffer observed in
+ * the page (state DONE, status, a futex wake); every refusal of a Transfer, in
+ * its documented order, with nothing changed; tensors and buffers in flight
+ * refused by every other request; released (detached) transfers; the pinned
+ * quotas and the daemon-wide limit; and a client killed with transfers in
+ * flight, after which every counter is back to its baseline.
+ *
+ * Each test starts its own tenferrod on a private socket and ends by stopping
+ * it with SIGTERM, requiring a clean exit (a crash or a sanitizer report in a
+ * sanitizer build fails the test).
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/completion.h"
+#include "common/ops.h"
+#include "tests/integration/harness.h"
+
+/* How long a raw read may wait before the test calls the daemon unresponsive. */
+#define RAW_TIMEOUT_MS 10000
+
+/* The tensor most tests move: 64 x 48 f64 (24 KiB). */
+#define ROWS 64
+#define COLS 48
+#define ELEMS (ROWS * COLS)
+#define TENSOR_BYTES (ELEMS * sizeof(double))
+
+static const int64_t SHAPE[2] = {ROWS, COLS};
+
+static uint64_t g_seq = 100;
+
+/* A raw connection past its handshake, with its completion page mapped. */
+typedef struct raw_client {
+    int fd;
+    tf__completion_slot *page;
+    uint64_t client_id;
+} raw_client;
+
+/* ---- frames ---- */
+
+/* Sends a frame (its seq is set here) and returns the reply and any descriptor with it. */
+static Tenferro__Frame *call_fd(int fd, Tenferro__Frame *f, int *passed) {
+    f->seq = ++g_seq;
+    ck_assert_int_eq(th_raw_send(fd, f), 0);
+    Tenferro__Frame *r = th_raw_recv_fd(fd, RAW_TIMEOUT_MS, passed);
+    ck_assert_msg(r != NULL, "no reply to a frame of body %d", (int)f->body_case);
+    ck_assert_msg(r->seq == f->seq, "reply seq %llu answers request %llu", (unsigned long long)r->seq,
+                  (unsigned long long)f->seq);
+    return r;
+}
+
+/* Sends a frame and returns the reply, which must carry no descriptor. */
+static Tenferro__Frame *call(int fd, Tenferro__Frame *f) {
+    int passed;
+    Tenferro__Frame *r = call_fd(fd, f, &passed);
+    ck_assert_msg(passed < 0, "a reply of body %d carried a descriptor it should not",
+                  (int)r->body_case);
+    return r;
+}
+
+/* Checks a Result: its status, a readable message, and a word the message must contain. */
+static void check_result(const Tenferro__Result *r, tf_status status, const char *needle) {
+    ck_assert_msg(r != NULL, "reply carries no result");
+    ck_assert_msg(r->status == (uint32_t)status, "status %s (%s), expected %s",
+                  tf_status_name((tf_status)r->status), r->message ? r->message : "",
+                  tf_status_name(status));
+    if (status != TF_OK) {
+        ck_assert_msg(r->message && strlen(r->message) >= 10,
+                      "status %s came without a readable message", tf_status_name(status));
+        if (needle)
+            ck_assert_msg(strstr(r->message, needle) != NULL, "message \"%s\" does not mention \"%s\"",
+                          r->message, needle);
+    }
+}
+
+/* Requires reply to be a Result with `status` (see check_result), then frees it. */
+static void expect_result(Tenferro__Frame *reply, tf_status status, const char *needle) {
+    ck_assert_msg(reply && reply->body_case == TENFERRO__FRAME__BODY_RESULT,
+                  "expected a Result, got body %d", reply ? (int)reply->body_case : -1);
+    check_result(reply->result, status, needle);
+    tf__frame_free(reply);
+}
+
+/* Connects, says Hello and maps the completion page that must come with the reply. */
+static raw_client raw_open(const th_daemon *d) {
+    raw_client rc = {.fd = th_raw_connect(d)};
+    ck_assert_int_ge(rc.fd, 0);
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Hello h = TENFERRO__HELLO__INIT;
+    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
+    h.client_name = "raw-transfers";
+    f.body_case = TENFERRO__FRAME__BODY_HELLO;
+    f.hello = &h;
+    int page_fd;
+    Tenferro__Frame *r = call_fd(rc.fd, &f, &page_fd);
+    ck_assert_msg(r->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY, "handshake failed (body %d)",
+                  (int)r->body_case);
+    ck_assert_uint_eq(r->hello_reply->completion_slots, TF__COMPLETION_SLOTS);
+    rc.client_id = r->hello_reply->client_id;
+    tf__frame_free(r);
+    ck_assert_msg(page_fd >= 0, "HelloReply came without the completion page's descriptor");
+    rc.page = mmap(NULL, TF__COMPLETION_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+    ck_assert_msg(rc.page != MAP_FAILED, "cannot map the completion page: %s", strerror(errno));
+    close(page_fd);
+    return rc;
+}
+
+static void raw_close(raw_client *rc) {
+    munmap(rc->page, TF__COMPLETION_PAGE_BYTES);
+    close(rc->fd);
+}
+
+/* Fills f/body with a BufferCreate. */
+static void build_create(Tenferro__Frame *f, Tenferro__BufferCreate *b, uint64_t id, uint64_t bytes) {
+    tenferro__frame__init(f);
+    tenferro__buffer_create__init(b);
+    b->buffer = id;
+    b->bytes = bytes;
+    f->body_case = TENFERRO__FRAME__BODY_BUFFER_CREATE;
+    f->buffer_create = b;
+}
+
+/* Creates pinned buffer id of `bytes`, requiring success; returns its memfd. */
+static int buffer_create(int fd, uint64_t id, uint64_t bytes) {
+    Tenferro__Frame f;
+    Tenferro__BufferCreate b;
+    build_create(&f, &b, id, bytes);
+    int mem;
+    Tenferro__Frame *r = call_fd(fd, &f, &mem);
+    expect_result(r, TF_OK, NULL);
+    ck_assert_msg(mem >= 0, "BufferCreate's reply carried no memfd");
+    return mem;
+}
+
+/* Requires BufferCreate to be refused with `status` and no descriptor. */
+static void buffer_create_refused(int fd, uint64_t id, uint64_t bytes, tf_status status,
+                                  const char *needle) {
+    Tenferro__Frame f;
+    Tenferro__BufferCreate b;
+    build_create(&f, &b, id, bytes);
+    expect_result(call(fd, &f), status, needle);
+}
+
+/* Maps a buffer's memfd (the client's side of it). */
+static uint8_t *map_buffer(int mem, size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+    ck_assert_msg(p != MAP_FAILED, "cannot map a pinned buffer: %s", strerror(errno));
+    return p;
+}
+
+static Tenferro__Frame *buffer_free(int fd, uint64_t id) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__BufferFree b = TENFERRO__BUFFER_FREE__INIT;
+    b.buffer = id;
+    f.body_case = TENFERRO__FRAME__BODY_BUFFER_FREE;
+    f.buffer_free = &b;
+    return call(fd, &f);
+}
+
+/* Fills f/t with a Transfer. */
+static void build_transfer(Tenferro__Frame *f, Tenferro__Transfer *t, uint32_t direction,
+                           uint64_t buffer, uint64_t tensor, uint32_t slot, uint64_t offset,
+                           uint64_t bytes) {
+    tenferro__frame__init(f);
+    tenferro__transfer__init(t);
+    t->direction = direction;
+    t->buffer = buffer;
+    t->tensor = tensor;
+    t->slot = slot;
+    t->offset = offset;
+    t->bytes = bytes;
+    f->body_case = TENFERRO__FRAME__BODY_TRANSFER;
+    f->transfer = t;
+}
+
+#define UP TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD
+#define DOWN TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD
+
+/* Sends a Transfer and returns its Result. */
+static Tenferro__Frame *transfer(int fd, uint32_t direction, uint64_t buffer, uint64_t tensor,
+                                 uint32_t slot, uint64_t offset, uint64_t bytes) {
+    Tenferro__Frame f;
+    Tenferro__Transfer t;
+    build_transfer(&f, &t, direction, buffer, tensor, slot, offset, bytes);
+    return call(fd, &f);
+}
+
+/* Creates a tensor of shape `shape` (f64) without data, requiring success. */
+static void tensor_create(int fd, uint64_t id, int rank, const int64_t *shape) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+    up.tensor = id;
+    up.create = 1;
+    up.dtype = TF_F64;
+    up.n_shape = (size_t)rank;
+    up.shape = (int64_t *)shape;
+    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
+    f.upload = &up;
+    expect_result(call(fd, &f), TF_OK, NULL);
+}
+
+/* Writes bytes into a tensor with a plain Upload frame and returns the reply. */
+static Tenferro__Frame *tensor_write(int fd, uint64_t id, const void *data, size_t len) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+    up.tensor = id;
+    up.data.data = (uint8_t *)data;
+    up.data.len = len;
+    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
+    f.upload = &up;
+    return call(fd, &f);
+}
+
+/* Fills f/dl with a Download of a whole tensor. */
+static void build_download(Tenferro__Frame *f, Tenferro__Download *dl, uint64_t id, uint64_t len) {
+    tenferro__frame__init(f);
+    tenferro__download__init(dl);
+    dl->tensor = id;
+    dl->length = len;
+    f->body_case = TENFERRO__FRAME__BODY_DOWNLOAD;
+    f->download = dl;
+}
+
+/* Downloads a whole tensor of `bytes` bytes with a plain Download frame into dst. */
+static void tensor_read(int fd, uint64_t id, void *dst, size_t bytes) {
+    Tenferro__Frame f;
+    Tenferro__Download dl;
+    build_download(&f, &dl, id, bytes);
+    Tenferro__Frame *r = call(fd, &f);
+    ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_DOWNLOAD_REPLY);
+    check_result(r->download_reply->result, TF_OK, NULL);
+    ck_assert_uint_eq(r->download_reply->data.len, bytes);
+    memcpy(dst, r->download_reply->data.data, bytes);
+    tf__frame_free(r);
+}
+
+/* Requires a Download of tensor id to be refused with `status`. */
+static void tensor_read_refused(int fd, uint64_t id, tf_status status, const char *needle) {
+    Tenferro__Frame f;
+    Tenferro__Download dl;
+    build_download(&f, &dl, id, 8);
+    Tenferro__Frame *r = call(fd, &f);
+    ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_DOWNLOAD_REPLY);
+    check_result(r->download_reply->result, status, needle);
+    tf__frame_free(r);
+}
+
+/* An operation with its own storage; initialise in place. */
+typedef struct raw_op {
+    Tenferro__Op op;
+    uint64_t inputs[2];
+    Tenferro__Op *ptr;
+    Tenferro__Submit sub;
+} raw_op;
+
+/* Fills f with a final scoped Submit of one operation (kind on a, b, writing out). */
+static void build_scoped_op(Tenferro__Frame *f, raw_op *r, tf__op_kind kind, int n_in, uint64_t a,
+                            uint64_t b, uint64_t out) {
+    tenferro__op__init(&r->op);
+    r->inputs[0] = a;
+    r->inputs[1] = b;
+    r->op.kind = (uint32_t)kind;
+    r->op.n_inputs = (size_t)n_in;
+    r->op.inputs = r->inputs;
+    r->op.output = out;
+    r->ptr = &r->op;
+    tenferro__submit__init(&r->sub);
+    r->sub.mode = TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL;
+    r->sub.n_ops = 1;
+    r->sub.ops = &r->ptr;
+    tenferro__frame__init(f);
+    f->body_case = TENFERRO__FRAME__BODY_SUBMIT;
+    f->submit = &r->sub;
+}
+
+/* Fills f with a TransferRelease of `slot` (no reply). */
+static void build_release(Tenferro__Frame *f, Tenferro__TransferRelease *r, uint32_t slot) {
+    tenferro__frame__init(f);
+    tenferro__transfer_release__init(r);
+    r->slot = slot;
+    f->body_case = TENFERRO__FRAME__BODY_TRANSFER_RELEASE;
+    f->transfer_release = r;
+}
+
+/*
+ * Several frames sent with one write, so the daemon reads and handles them
+ * back to back before any completion can run on its loop: the ones after a
+ * Transfer see it in flight however fast the copy is.
+ */
+typedef struct pipeline {
+    uint8_t bytes[64 * 1024];
+    size_t len;
+} pipeline;
+
+/* Appends a frame; returns the seq its reply will carry. */
+static uint64_t pipe_add(pipeline *p, Tenferro__Frame *f) {
+    f->seq = ++g_seq;
+    uint8_t *buf;
+    size_t len;
+    ck_assert_int_eq(tf__frame_encode(f, UINT32_MAX, &buf, &len), TF_OK);
+    ck_assert_uint_le(p->len + len, sizeof p->bytes);
+    memcpy(p->bytes + p->len, buf, len);
+    p->len += len;
+    free(buf);
+    return f->seq;
+}
+
+static void pipe_send(int fd, const pipeline *p) {
+    ck_assert_int_eq(th_raw_send_bytes(fd, p->bytes, p->len), 0);
+}
+
+/* Receives the reply to request `seq` (replies to pipelined requests come in order). */
+static Tenferro__Frame *recv_reply(int fd, uint64_t seq) {
+    Tenferro__Frame *r = th_raw_recv(fd, RAW_TIMEOUT_MS);
+    ck_assert_msg(r != NULL, "no reply to request %llu", (unsigned long long)seq);
+    ck_assert_msg(r->seq == seq, "reply seq %llu, expected %llu", (unsigned long long)r->seq,
+                  (unsigned long long)seq);
+    return r;
+}
+
+/* ---- the completion page ---- */
+
+/* Marks a slot pending, as the client does before it sends the Transfer naming it. */
+static void slot_arm(raw_client *rc, uint32_t slot) {
+    __atomic_store_n(&rc->page[slot].status, 0xffffffffu, __ATOMIC_RELAXED);
+    __atomic_store_n(&rc->page[slot].state, (uint32_t)TF__SLOT_PENDING, __ATOMIC_RELEASE);
+}
+
+/*
+ * Waits for the daemon to write DONE into a slot and returns its status. It
+ * sleeps on the state word with a plain (shared) FUTEX_WAIT and a long
+ * timeout, so a completion without a shared wake fails the test.
+ */
+static tf_status slot_wait(raw_client *rc, uint32_t slot) {
+    for (int i = 0; i < 100; i++) {
+        uint32_t state = __atomic_load_n(&rc->page[slot].state, __ATOMIC_ACQUIRE);
+        if (state == TF__SLOT_DONE) {
+            tf_status st = (tf_status)__atomic_load_n(&rc->page[slot].status, __ATOMIC_RELAXED);
+            __atomic_store_n(&rc->page[slot].state, (uint32_t)TF__SLOT_IDLE, __ATOMIC_RELAXED);
+            return st;
+        }
+        ck_assert_msg(state == TF__SLOT_PENDING, "slot %u holds state %u", slot, state);
+        struct timespec ts = {5, 0};
+        long r = syscall(SYS_futex, &rc->page[slot].state, FUTEX_WAIT, state, &ts, NULL, 0);
+        ck_assert_msg(!(r == -1 && errno == ETIMEDOUT),
+                      "slot %u: no DONE and no futex wake within 5 s", slot);
+    }
+    ck_abort_msg("slot %u never completed", slot);
+    return TF_ERR_INTERNAL;
+}
+
+/* Requires every slot but those in `armed` (a bit per slot below 64) to be untouched (zero). */
+static void expect_page_untouched(const raw_client *rc, uint64_t armed) {
+    for (uint32_t s = 0; s < TF__COMPLETION_SLOTS; s++) {
+        if (s < 64 && (armed >> s & 1)) continue;
+        ck_assert_msg(rc->page[s].state == 0 && rc->page[s].status == 0,
+                      "the daemon wrote slot %u (state %u status %u), which is no transfer's", s,
+                      rc->page[s].state, rc->page[s].status);
+    }
+}
+
+/* ---- daemon state ---- */
+
+/* This client's pinned_bytes in the status report. */
+static uint64_t client_pinned_bytes(const th_daemon *d, uint64_t client_id) {
+    Tenferro__Frame *r = th_status_report(d);
+    ck_assert_ptr_nonnull(r);
+    uint64_t v = UINT64_MAX;
+    for (size_t i = 0; i < r->status_reply->n_clients; i++)
+        if (r->status_reply->clients[i]->client_id == client_id)
+            v = r->status_reply->clients[i]->pinned_bytes;
+    tf__frame_free(r);
+    ck_assert_msg(v != UINT64_MAX, "client %llu is not in the status report",
+                  (unsigned long long)client_id);
+    return v;
+}
+
+/* Waits until counter `name` reads `value`, failing the test with what it reads otherwise. */
+static void expect_counter(const th_daemon *d, const char *name, uint64_t value) {
+    ck_assert_msg(th_wait_counter(d, name, value, 15000), "%s is %llu, expected %llu", name,
+                  (unsigned long long)th_counter(d, name), (unsigned long long)value);
+}
+
+/* Fills a buffer with doubles that differ from call to call. */
+static void fill(void *dst, size_t n) {
+    th_fill_random(TF_F64, n, dst);
+}
+
+/* ---- tests ---- */
+
+/* HelloReply carries the completion page: a sealed memfd of one page, zeroed, mapped shared. */
+START_TEST(test_completion_page_with_hello) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    int fd = th_raw_connect(&d);
+    ck_assert_int_ge(fd, 0);
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Hello h = TENFERRO__HELLO__INIT;
+    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
+    h.client_name = "page";
+    f.body_case = TENFERRO__FRAME__BODY_HELLO;
+    f.hello = &h;
+    int page_fd;
+    Tenferro__Frame *r = call_fd(fd, &f, &page_fd);
+    ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_HELLO_REPLY);
+    ck_assert_uint_eq(r->hello_reply->completion_slots, TF__COMPLETION_SLOTS);
+    tf__frame_free(r);
+    ck_assert_msg(page_fd >= 0, "no descriptor came with HelloReply");
+    struct stat st;
+    ck_assert_int_eq(fstat(page_fd, &st), 0);
+    ck_assert_int_eq(st.st_size, TF__COMPLETION_PAGE_BYTES);
+    int seals = fcntl(page_fd, F_GET_SEALS);
+    ck_assert_msg(seals >= 0, "the page is not a sealable memfd: %s", strerror(errno));
+    ck_assert_msg((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
+                      (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+                  "page seals 0x%x lack shrink, grow or seal", seals);
+    ck_assert_int_ne(ftruncate(page_fd, 0), 0);
+    ck_assert_int_ne(ftruncate(page_fd, 2 * TF__COMPLETION_PAGE_BYTES), 0);
+    ck_assert_int_ne(fcntl(page_fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
+    tf__completion_slot *page =
+        mmap(NULL, TF__COMPLETION_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+    ck_assert_ptr_ne(page, MAP_FAILED);
+    for (size_t i = 0; i < TF__COMPLETION_SLOTS; i++) {
+        ck_assert_uint_eq(page[i].state, 0);
+        ck_assert_uint_eq(page[i].status, 0);
+    }
+    munmap(page, TF__COMPLETION_PAGE_BYTES);
+    close(page_fd);
+    close(fd);
+    /* A client that ignores the descriptor (a plain recv) is served as before. */
+    fd = th_raw_connect(&d);
+    Tenferro__Frame *plain = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
+    ck_assert_ptr_nonnull(plain);
+    ck_assert_int_eq(plain->body_case, TENFERRO__FRAME__BODY_HELLO_REPLY);
+    tf__frame_free(plain);
+    tensor_create(fd, 1, 2, SHAPE);
+    close(fd);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/* BufferCreate: a sealed memfd of exactly the size asked; bad ids and sizes refused; BufferFree. */
+START_TEST(test_buffer_create_and_free) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    raw_client c = raw_open(&d);
+    const size_t bytes = 10000; /* not a whole number of pages */
+    int mem = buffer_create(c.fd, 1, bytes);
+    struct stat st;
+    ck_assert_int_eq(fstat(mem, &st), 0);
+    ck_assert_int_eq(st.st_size, (off_t)bytes);
+    int seals = fcntl(mem, F_GET_SEALS);
+    ck_assert_msg(seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) ==
+                                    (F_SEAL_SHRINK | F_SEAL_GROW),
+                  "buffer seals 0x%x lack shrink or grow", seals);
+    ck_assert_int_ne(ftruncate(mem, 0), 0);
+    ck_assert_int_ne(ftruncate(mem, 4096), 0);
+    ck_assert_int_ne(ftruncate(mem, 1 << 20), 0);
+    uint8_t *map = map_buffer(mem, bytes);
+    for (size_t i = 0; i < bytes; i++) ck_assert_uint_eq(map[i], 0);
+    memset(map, 0xab, bytes);
+    ck_assert_uint_eq(client_pinned_bytes(&d, c.client_id), bytes);
+    ck_assert_uint_eq(th_counter(&d, "pinned_buffers_live"), 1);
+    ck_assert_uint_eq(th_counter(&d, "pinned_bytes_live"), bytes);
+
+    buffer_create_refused(c.fd, 1, 64, TF_ERR_INVALID_ARGUMENT, "in use");
+    buffer_create_refused(c.fd, 0, 64, TF_ERR_INVALID_ARGUMENT, "zero");
+    buffer_create_refused(c.fd, 2, 0, TF_ERR_INVALID_ARGUMENT, "at least 1 byte");
+    buffer_create_refused(c.fd, 3, UINT64_MAX, TF_ERR_INVALID_ARGUMENT, NULL);
+    ck_assert_uint_eq(th_counter(&d, "pinned_buffers_live"), 1);
+
+    expect_result(buffer_free(c.fd, 99), TF_ERR_UNKNOWN_HANDLE, "not live");
+    expect_result(buffer_free(c.fd, 1), TF_OK, NULL);
+    expect_result(buffer_free(c.fd, 1), TF_ERR_UNKNOWN_HANDLE, "not live");
+    ck_assert_uint_eq(client_pinned_bytes(&d, c.client_id), 0);
+    ck_assert_uint_eq(th_counter(&d, "pinned_buffers_live"), 0);
+    ck_assert_uint_eq(th_counter(&d, "pinned_bytes_live"), 0);
+    /* The client's own mapping outlives the daemon's; the id can be used again. */
+    ck_assert_uint_eq(map[bytes - 1], 0xab);
+    munmap(map, bytes);
+    close(mem);
+    close(buffer_create(c.fd, 1, 4096));
+    expect_page_untouched(&c, 0);
+    raw_close(&c);
+    expect_counter(&d, "pinned_buffers_live", 0);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/*
+ * An upload from a buffer the test filled (at an offset), completion observed
+ * in the page, then a plain Download returns the same bytes; a download into
+ * a buffer the client already unmapped and closed still completes.
+ */
+START_TEST(test_upload_then_download) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    raw_client c = raw_open(&d);
+    tensor_create(c.fd, 10, 2, SHAPE);
+    const size_t off = 128, size = TENSOR_BYTES + 256;
+    int mem = buffer_create(c.fd, 1, size);
+    uint8_t *map = map_buffer(mem, size);
+    fill(map + off, ELEMS);
+
+    slot_arm(&c, 3);
+    expect_result(transfer(c.fd, UP, 1, 10, 3, off, TENSOR_BYTES), TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 3), TF_OK);
+    static double back[ELEMS];
+    tensor_read(c.fd, 10, back, TENSOR_BYTES);
+    ck_assert_msg(memcmp(back, map + off, TENSOR_BYTES) == 0, "the uploaded tensor differs");
+    ck_assert_uint_eq(th_counter(&d, "transfers_completed"), 1);
+
+    /* Download: new contents by a plain Upload, then into a second buffer at offset 0. */
+    static double fresh[ELEMS];
+    fill(fresh, ELEMS);
+    expect_result(tensor_write(c.fd, 10, fresh, TENSOR_BYTES), TF_OK, NULL);
+    int mem2 = buffer_create(c.fd, 2, TENSOR_BYTES);
+    uint8_t *map2 = map_buffer(mem2, TENSOR_BYTES);
+    slot_arm(&c, 4);
+    expect_result(transfer(c.fd, DOWN, 2, 10, 4, 0, TENSOR_BYTES), TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 4), TF_OK);
+    ck_assert_msg(memcmp(map2, fresh, TENSOR_BYTES) == 0, "the downloaded bytes differ");
+    /* The upload's buffer kept its bytes; the slots can be used again. */
+    ck_assert_msg(memcmp(back, map + off, TENSOR_BYTES) == 0, "the upload changed its buffer");
+    slot_arm(&c, 3);
+    expect_result(transfer(c.fd, DOWN, 1, 10, 3, 64, TENSOR_BYTES), TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 3), TF_OK);
+    ck_assert_msg(memcmp(map + 64, fresh, TENSOR_BYTES) == 0, "download at an offset differs");
+
+    /* The client drops its side of buffer 2 early: only the daemon's mapping is used. */
+    munmap(map2, TENSOR_BYTES);
+    close(mem2);
+    slot_arm(&c, 5);
+    expect_result(transfer(c.fd, DOWN, 2, 10, 5, 0, TENSOR_BYTES), TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 5), TF_OK);
+    expect_result(buffer_free(c.fd, 2), TF_OK, NULL);
+    expect_page_untouched(&c, 1u << 3 | 1u << 4 | 1u << 5);
+    ck_assert_uint_eq(th_counter(&d, "transfers_completed"), 4);
+    munmap(map, size);
+    close(mem);
+    raw_close(&c);
+    expect_counter(&d, "pinned_buffers_live", 0);
+    expect_counter(&d, "pinned_bytes_live", 0);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/* Every refusal of a Transfer, in the documented order; none changes anything or writes a slot. */
+START_TEST(test_transfer_refusals) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    raw_client c = raw_open(&d), other = raw_open(&d);
+    tensor_create(c.fd, 10, 2, SHAPE);
+    const size_t size = TENSOR_BYTES + 64;
+    close(buffer_create(c.fd, 1, size));
+    close(buffer_create(other.fd, 77, TENSOR_BYTES)); /* another connection's buffer id */
+    const uint64_t B = TENSOR_BYTES;
+
+    expect_result(transfer(c.fd, 0, 1, 10, 0, 0, B), TF_ERR_INVALID_ARGUMENT, "direction");
+    expect_result(transfer(c.fd, 7, 1, 10, 0, 0, B), TF_ERR_INVALID_ARGUMENT, "direction");
+    /* Direction before the buffer: both wrong names the direction. */
+    expect_result(transfer(c.fd, 0, 999, 10, 0, 0, B), TF_ERR_INVALID_ARGUMENT, "direction");
+    expect_result(transfer(c.fd, UP, 999, 10, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "buffer 999");
+    expect_result(transfer(c.fd, UP, 77, 10, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "buffer 77");
+    expect_result(transfer(c.fd, DOWN, 77, 10, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "buffer 77");
+    expect_result(buffer_free(c.fd, 77), TF_ERR_UNKNOWN_HANDLE, "not live");
+    expect_result(transfer(c.fd, UP, 1, 11, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "tensor 11");
+    expect_result(transfer(c.fd, UP, 1, 10, TF__COMPLETION_SLOTS, 0, B), TF_ERR_INVALID_ARGUMENT,
+                  "slot");
+    expect_result(transfer(c.fd, UP, 1, 10, UINT32_MAX, 0, B), TF_ERR_INVALID_ARGUMENT, "slot");
+    /* Slot before length: both wrong names the slot. */
+    expect_result(transfer(c.fd, UP, 1, 10, UINT32_MAX, 0, B - 8), TF_ERR_INVALID_ARGUMENT, "slot");
+    expect_result(transfer(c.fd, UP, 1, 10, 0, 0, B - 8), TF_ERR_INVALID_ARGUMENT,
+                  "length mismatch");
+    expect_result(transfer(c.fd, DOWN, 1, 10, 0, 0, B + 8), TF_ERR_INVALID_ARGUMENT,
+                  "length mismatch");
+    expect_result(transfer(c.fd, UP, 1, 10, 0, 0, 0), TF_ERR_INVALID_ARGUMENT, "length mismatch");
+    expect_result(transfer(c.fd, UP, 1, 10, 0, 65, B), TF_ERR_INVALID_ARGUMENT, "does not fit");
+    expect_result(transfer(c.fd, DOWN, 1, 10, 0, UINT64_MAX - 4, B), TF_ERR_INVALID_ARGUMENT,
+                  "does not fit");
+    expect_result(transfer(c.fd, UP, 1, 10, 0, UINT64_MAX, B), TF_ERR_INVALID_ARGUMENT,
+                  "does not fit");
+    /* A tensor as large as the whole buffer plus one byte can never fit. */
+    const int64_t big[1] = {(int64_t)(size / 8 + 1)};
+    tensor_create(c.fd, 12, 1, big);
+    expect_result(transfer(c.fd, UP, 1, 12, 0, 0, (uint64_t)big[0] * 8), TF_ERR_INVALID_ARGUMENT,
+                  "does not fit");
+
+    ck_assert_uint_eq(th_counter(&d, "transfers_accepted"), 0);
+    ck_assert_uint_eq(th_counter(&d, "transfers_refused"), 17);
+    expect_page_untouched(&c, 0);
+    expect_page_untouched(&other, 0);
+    /* Nothing was marked in flight: everything is still usable. */
+    slot_arm(&c, 0);
+    expect_result(transfer(c.fd, UP, 1, 10, 0, 64, B), TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 0), TF_OK);
+    expect_result(buffer_free(c.fd, 1), TF_OK, NULL);
+    expect_result(buffer_free(other.fd, 77), TF_OK, NULL);
+    expect_page_untouched(&other, 0);
+    raw_close(&c);
+    raw_close(&other);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/*
+ * While a transfer is in flight its buffer, its tensor and its slot are
+ * refused by everything else: a second transfer (buffer, tensor, slot),
+ * BufferFree, an operation reading the tensor, OP_FREE, Download, an Upload
+ * write; a Free frame is ignored. All are sent in one write behind the
+ * Transfer, so the daemon handles them before the copy can complete.
+ */
+START_TEST(test_in_flight_is_busy) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    raw_client c = raw_open(&d);
+    tensor_create(c.fd, 10, 2, SHAPE);
+    tensor_create(c.fd, 11, 2, SHAPE);
+    int mem1 = buffer_create(c.fd, 1, TENSOR_BYTES), mem2 = buffer_create(c.fd, 2, TENSOR_BYTES);
+    uint8_t *map1 = map_buffer(mem1, TENSOR_BYTES);
+    fill(map1, ELEMS);
+    const uint64_t allocations = th_counter(&d, "device_allocations_live");
+
+    static pipeline p;
+    p.len = 0;
+    Tenferro__Frame f[10];
+    Tenferro__Transfer t[4];
+    raw_op ops[2];
+    Tenferro__BufferFree bf = TENFERRO__BUFFER_FREE__INIT;
+    Tenferro__Download dl;
+    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+    Tenferro__Free fr = TENFERRO__FREE__INIT;
+    uint64_t tensor10 = 10;
+    static double junk[ELEMS];
+
+    slot_arm(&c, 0);
+    build_transfer(&f[0], &t[0], UP, 1, 10, 0, 0, TENSOR_BYTES);
+    uint64_t s_ok = pipe_add(&p, &f[0]);
+    build_transfer(&f[1], &t[1], UP, 1, 11, 1, 0, TENSOR_BYTES);
+    uint64_t s_buffer = pipe_add(&p, &f[1]);
+    build_transfer(&f[2], &t[2], DOWN, 2, 10, 2, 0, TENSOR_BYTES);
+    uint64_t s_tensor = pipe_add(&p, &f[2]);
+    build_transfer(&f[3], &t[3], UP, 2, 11, 0, 0, TENSOR_BYTES);
+    uint64_t s_slot = pipe_add(&p, &f[3]);
+    tenferro__frame__init(&f[4]);
+    bf.buffer = 1;
+    f[4].body_case = TENFERRO__FRAME__BODY_BUFFER_FREE;
+    f[4].buffer_free = &bf;
+    uint64_t s_bfree = pipe_add(&p, &f[4]);
+    build_scoped_op(&f[5], &ops[0], TF__OP_ADD, 2, 11, 10, 50);
+    uint64_t s_op = pipe_add(&p, &f[5]);
+    build_scoped_op(&f[6], &ops[1], TF__OP_FREE, 1, 10, 0, 0);
+    uint64_t s_opfree = pipe_add(&p, &f[6]);
+    build_download(&f[7], &dl, 10, TENSOR_BYTES);
+    uint64_t s_dl = pipe_add(&p, &f[7]);
+    tenferro__frame__init(&f[8]);
+    up.tensor = 10;
+    up.data.data = (uint8_t *)junk;
+    up.data.len = sizeof junk;
+    f[8].body_case = TENFERRO__FRAME__BODY_UPLOAD;
+    f[8].upload = &up;
+    uint64_t s_up = pipe_add(&p, &f[8]);
+    tenferro__frame__init(&f[9]);
+    fr.n_tensors = 1;
+    fr.tensors = &tensor10;
+    f[9].body_case = TENFERRO__FRAME__BODY_FREE;
+    f[9].free = &fr;
+    pipe_add(&p, &f[9]); /* no reply */
+    ck_assert_uint_lt(p.len, 64 * 1024 - 4096); /* one read of the daemon takes it all */
+    pipe_send(c.fd, &p);
+
+    expect_result(recv_reply(c.fd, s_ok), TF_OK, NULL);
+    expect_result(recv_reply(c.fd, s_buffer), TF_ERR_BUSY, "buffer 1 is already in a transfer");
+    expect_result(recv_reply(c.fd, s_tensor), TF_ERR_BUSY, "tensor 10 is already in a transfer");
+    expect_result(recv_reply(c.fd, s_slot), TF_ERR_BUSY, "slot 0");
+    expect_result(recv_reply(c.fd, s_bfree), TF_ERR_BUSY, "in flight");
+    Tenferro__Frame *r = recv_reply(c.fd, s_op);
+    check_result(r->result, TF_ERR_BUSY, "pending transfer");
+    ck_assert(r->result->has_failed_index);
+    ck_assert_uint_eq(r->result->failed_index, 0);
+    ck_assert_uint_eq(r->result->ops_accepted, 0);
+    tf__frame_free(r);
+    r = recv_reply(c.fd, s_opfree);
+    check_result(r->result, TF_ERR_BUSY, "pending transfer");
+    ck_assert(r->result->has_failed_index);
+    tf__frame_free(r);
+    r = recv_reply(c.fd, s_dl);
+    ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_DOWNLOAD_REPLY);
+    check_result(r->download_reply->result, TF_ERR_BUSY, "pending transfer");
+    ck_assert_uint_eq(r->download_reply->data.len, 0);
+    tf__frame_free(r);
+    expect_result(recv_reply(c.fd, s_up), TF_ERR_BUSY, "pending transfer");
+
+    ck_assert_int_eq(slot_wait(&c, 0), TF_OK);
+    /* The refused requests changed nothing: the tensor holds the buffer's bytes and lives on. */
+    static double back[ELEMS];
+    tensor_read(c.fd, 10, back, TENSOR_BYTES);
+    ck_assert_msg(memcmp(back, map1, TENSOR_BYTES) == 0, "tensor 10 is not what was uploaded");
+    ck_assert_uint_eq(th_counter(&d, "device_allocations_live"), allocations);
+    ck_assert_uint_eq(th_counter(&d, "transfers_accepted"), 1);
+    expect_page_untouched(&c, 1);
+    /* Once complete, everything is free again. */
+    Tenferro__Frame add;
+    raw_op op;
+    build_scoped_op(&add, &op, TF__OP_ADD, 2, 10, 10, 50);
+    expect_result(call(c.fd, &add), TF_OK, NULL);
+    slot_arm(&c, 0);
+    expect_result(transfer(c.fd, DOWN, 2, 50, 0, 0, TENSOR_BYTES), TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 0), TF_OK);
+    uint8_t *map2 = map_buffer(mem2, TENSOR_BYTES);
+    for (size_t i = 0; i < ELEMS; i++) ck_assert(((double *)map2)[i] == 2.0 * back[i]);
+    expect_result(buffer_free(c.fd, 1), TF_OK, NULL);
+    munmap(map1, TENSOR_BYTES);
+    munmap(map2, TENSOR_BYTES);
+    close(mem1);
+    close(mem2);
+    raw_close(&c);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/*
+ * A released transfer (TransferRelease, sent before the copy can complete)
+ * frees its buffer and its tensor once complete and then marks its slot DONE;
+ * a release that arrives after the copy completed frees them at once;
+ * releasing a slot without a transfer is ignored.
+ */
+START_TEST(test_released_transfer_frees_everything) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    raw_client c = raw_open(&d);
+    const uint64_t allocations = th_counter(&d, "device_allocations_live");
+    for (int dir = 0; dir < 3; dir++) {
+        tensor_create(c.fd, 10, 2, SHAPE);
+        close(buffer_create(c.fd, 1, TENSOR_BYTES));
+        if (dir == 2) {
+            /* Late: the copy completed and its DONE was read before the release is sent. */
+            slot_arm(&c, 7);
+            expect_result(transfer(c.fd, UP, 1, 10, 7, 0, TENSOR_BYTES), TF_OK, NULL);
+            ck_assert_int_eq(slot_wait(&c, 7), TF_OK);
+            Tenferro__Frame f;
+            Tenferro__TransferRelease rel;
+            build_release(&f, &rel, 7);
+            f.seq = ++g_seq;
+            ck_assert_int_eq(th_raw_send(c.fd, &f), 0);
+            expect_counter(&d, "transfers_detached", 3);
+            tensor_read_refused(c.fd, 10, TF_ERR_UNKNOWN_HANDLE, "not live");
+            expect_result(buffer_free(c.fd, 1), TF_ERR_UNKNOWN_HANDLE, "not live");
+            expect_counter(&d, "device_allocations_live", allocations);
+            /* A second release of the same slot finds nothing. */
+            f.seq = ++g_seq;
+            ck_assert_int_eq(th_raw_send(c.fd, &f), 0);
+            break;
+        }
+        static pipeline p;
+        p.len = 0;
+        Tenferro__Frame f[3];
+        Tenferro__Transfer t;
+        Tenferro__TransferRelease rel[2];
+        slot_arm(&c, 7);
+        build_transfer(&f[0], &t, dir ? DOWN : UP, 1, 10, 7, 0, TENSOR_BYTES);
+        uint64_t s = pipe_add(&p, &f[0]);
+        build_release(&f[1], &rel[0], 7);
+        pipe_add(&p, &f[1]);
+        build_release(&f[2], &rel[1], 8); /* no transfer: ignored */
+        pipe_add(&p, &f[2]);
+        pipe_send(c.fd, &p);
+        expect_result(recv_reply(c.fd, s), TF_OK, NULL);
+        ck_assert_int_eq(slot_wait(&c, 7), TF_OK);
+        tensor_read_refused(c.fd, 10, TF_ERR_UNKNOWN_HANDLE, "not live");
+        expect_result(buffer_free(c.fd, 1), TF_ERR_UNKNOWN_HANDLE, "not live");
+        ck_assert_uint_eq(client_pinned_bytes(&d, c.client_id), 0);
+        expect_counter(&d, "device_allocations_live", allocations);
+        ck_assert_uint_eq(th_counter(&d, "transfers_detached"), (uint64_t)dir + 1);
+    }
+    expect_counter(&d, "pinned_buffers_live", 0);
+    ck_assert_uint_eq(th_counter(&d, "transfers_detached"), 3);
+    expect_page_untouched(&c, 1u << 7);
+    raw_close(&c);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/* Pinned quotas per client and per uid, and the daemon-wide limit: TF_ERR_QUOTA, nothing created. */
+START_TEST(test_pinned_limits) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--client-pinned-bytes", "1M", "--uid-pinned-bytes", "2560K");
+    raw_client a = raw_open(&d), b = raw_open(&d);
+    close(buffer_create(a.fd, 1, 512 * 1024));
+    buffer_create_refused(a.fd, 2, 768 * 1024, TF_ERR_QUOTA, "pinned_bytes");
+    ck_assert_uint_eq(th_counter(&d, "pinned_buffers_live"), 1);
+    ck_assert_uint_eq(th_counter(&d, "quota_refusals"), 1);
+    expect_result(buffer_free(a.fd, 1), TF_OK, NULL);
+    close(buffer_create(a.fd, 2, 768 * 1024));
+    close(buffer_create(a.fd, 3, 256 * 1024)); /* exactly the limit */
+    buffer_create_refused(a.fd, 4, 1, TF_ERR_QUOTA, "quota.client");
+    /* The uid's sum: a holds 1M, b takes 1M, a third connection 512K and then nothing. */
+    close(buffer_create(b.fd, 1, 1024 * 1024));
+    raw_client e = raw_open(&d);
+    close(buffer_create(e.fd, 1, 512 * 1024));
+    buffer_create_refused(e.fd, 2, 4096, TF_ERR_QUOTA, "quota.uid");
+    raw_close(&a);
+    raw_close(&b);
+    expect_counter(&d, "pinned_bytes_live", 512 * 1024);
+    close(buffer_create(e.fd, 2, 4096));
+    raw_close(&e);
+    expect_counter(&d, "pinned_bytes_live", 0);
+    CK_DAEMON_STOP(&d);
+
+    CK_DAEMON_START(&d, "--max-pinned-bytes", "1M");
+    a = raw_open(&d);
+    b = raw_open(&d);
+    close(buffer_create(a.fd, 1, 768 * 1024));
+    buffer_create_refused(b.fd, 1, 512 * 1024, TF_ERR_QUOTA, "max_pinned_bytes");
+    buffer_create_refused(b.fd, 1, 2 * 1024 * 1024, TF_ERR_QUOTA, "max_pinned_bytes");
+    close(buffer_create(b.fd, 1, 256 * 1024));
+    ck_assert_uint_eq(th_counter(&d, "pinned_bytes_live"), 1024 * 1024);
+    raw_close(&a);
+    expect_counter(&d, "pinned_bytes_live", 256 * 1024);
+    close(buffer_create(b.fd, 2, 768 * 1024));
+    raw_close(&b);
+    expect_counter(&d, "pinned_bytes_live", 0);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/*
+ * A reply carrying a descriptor while earlier replies still wait in the
+ * daemon's write queue (the client is not reading): it is held until they
+ * are out, the descriptor arrives with its own reply, and plain replies
+ * produced after it stay behind it.
+ */
+START_TEST(test_descriptor_waits_behind_queued_reply) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    raw_client c = raw_open(&d);
+    const size_t big = 8u << 20;
+    const int64_t shape[1] = {(int64_t)(big / sizeof(double))};
+    tensor_create(c.fd, 1, 1, shape);
+    const uint64_t downloaded = th_counter(&d, "bytes_downloaded");
+    /* An 8 MiB reply the socket cannot take at once: the rest waits in the daemon's queue. */
+    Tenferro__Frame f[5];
+    Tenferro__Download dl[2];
+    Tenferro__BufferCreate bc[2];
+    Tenferro__StatusRequest sr = TENFERRO__STATUS_REQUEST__INIT;
+    static pipeline p;
+    p.len = 0;
+    build_download(&f[0], &dl[0], 1, big);
+    uint64_t s_big = pipe_add(&p, &f[0]);
+    pipe_send(c.fd, &p);
+    expect_counter(&d, "bytes_downloaded", downloaded + big);
+    p.len = 0;
+    build_create(&f[1], &bc[0], 1, 4096);
+    uint64_t s_b1 = pipe_add(&p, &f[1]);
+    tenferro__frame__init(&f[2]);
+    f[2].body_case = TENFERRO__FRAME__BODY_STATUS_REQUEST;
+    f[2].status_request = &sr;
+    uint64_t s_status = pipe_add(&p, &f[2]);
+    build_create(&f[3], &bc[1], 2, 3 * 4096);
+    uint64_t s_b2 = pipe_add(&p, &f[3]);
+    build_download(&f[4], &dl[1], 1, 64);
+    uint64_t s_small = pipe_add(&p, &f[4]);
+    pipe_send(c.fd, &p);
+    ck_assert_int_eq(th_wait_counter(&d, "pinned_buffers_live", 2, 10000), 1);
+    usleep(100 * 1000);
+
+    const uint64_t seqs[5] = {s_big, s_b1, s_status, s_b2, s_small};
+    const off_t sizes[5] = {-1, 4096, -1, 3 * 4096, -1};
+    for (int i = 0; i < 5; i++) {
+        int passed;
+        Tenferro__Frame *r = th_raw_recv_fd(c.fd, RAW_TIMEOUT_MS, &passed);
+        ck_assert_msg(r != NULL, "reply %d missing", i);
+        ck_assert_msg(r->seq == seqs[i], "reply %d answers request %llu, expected %llu", i,
+                      (unsigned long long)r->seq, (unsigned long long)seqs[i]);
+        if (sizes[i] < 0) {
+            ck_assert_msg(passed < 0, "reply %d (body %d) carried a descriptor", i,
+                          (int)r->body_case);
+        } else {
+            ck_assert_msg(passed >= 0, "reply %d came without its memfd", i);
+            struct stat st;
+            ck_assert_int_eq(fstat(passed, &st), 0);
+            ck_assert_int_eq(st.st_size, sizes[i]);
+            close(passed);
+        }
+        if (i == 0) ck_assert_uint_eq(r->download_reply->data.len, big);
+        tf__frame_free(r);
+    }
+    raw_close(&c);
+    expect_counter(&d, "pinned_buffers_live", 0);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/* ---- a client killed with transfers in flight ---- */
+
+#define KILL_TRANSFERS 6
+#define KILL_ELEMS (2 * 1024 * 1024) /* 16 MiB of f64 per tensor and per buffer */
+
+static const th_daemon *g_daemon;
+
+/*
+ * The doomed client: buffers and tensors of 16 MiB, six transfers queued back
+ * to back (so later ones are still queued when it dies), one idle buffer; it
+ * kills itself as soon as the daemon has accepted them all.
+ */
+static int doomed_client(void *arg) {
+    (void)arg;
+    int fd = th_raw_connect(g_daemon);
+    CHILD_CHECK(fd >= 0);
+    Tenferro__Frame *hello = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
+    CHILD_CHECK(hello && hello->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY);
+    tf__frame_free(hello);
+    const int64_t shape[1] = {KILL_ELEMS};
+    const uint64_t bytes = (uint64_t)KILL_ELEMS * sizeof(double);
+    for (uint64_t i = 1; i <= KILL_TRANSFERS + 1; i++) {
+        Tenferro__Frame f = TENFERRO__FRAME__INIT;
+        Tenferro__BufferCreate b = TENFERRO__BUFFER_CREATE__INIT;
+        b.buffer = i;
+        b.bytes = bytes;
+        f.seq = ++g_seq;
+        f.body_case = TENFERRO__FRAME__BODY_BUFFER_CREATE;
+        f.buffer_create = &b;
+        CHILD_CHECK(th_raw_send(fd, &f) == 0);
+        int mem;
+        Tenferro__Frame *r = th_raw_recv_fd(fd, RAW_TIMEOUT_MS, &mem);
+        CHILD_CHECK(r && r->body_case == TENFERRO__FRAME__BODY_RESULT && r->result->status == TF_OK);
+        CHILD_CHECK(mem >= 0);
+        tf__frame_free(r);
+        close(mem);
+        Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+        up.tensor = 100 + i;
+        up.create = 1;
+        up.dtype = TF_F64;
+        up.n_shape = 1;
+        up.shape = (int64_t *)shape;
+        tenferro__frame__init(&f);
+        f.seq = ++g_seq;
+        f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
+        f.upload = &up;
+        CHILD_CHECK(th_raw_send(fd, &f) == 0);
+        r = th_raw_recv(fd, RAW_TIMEOUT_MS);
+        CHILD_CHECK(r && r->result && r->result->status == TF_OK);
+        tf__frame_free(r);
+    }
+    static pipeline p;
+    Tenferro__Frame f[KILL_TRANSFERS];
+    Tenferro__Transfer t[KILL_TRANSFERS];
+    for (int i = 0; i < KILL_TRANSFERS; i++) {
+        build_transfer(&f[i], &t[i], i % 2 ? DOWN : UP, (uint64_t)i + 1, 101 + (uint64_t)i,
+                       (uint32_t)i, 0, bytes);
+        f[i].seq = ++g_seq;
+        uint8_t *buf;
+        size_t len;
+        CHILD_CHECK(tf__frame_encode(&f[i], UINT32_MAX, &buf, &len) == TF_OK);
+        memcpy(p.bytes + p.len, buf, len);
+        p.len += len;
+        free(buf);
+    }
+    CHILD_CHECK(th_raw_send_bytes(fd, p.bytes, p.len) == 0);
+    for (int i = 0; i < KILL_TRANSFERS; i++) {
+        Tenferro__Frame *r = th_raw_recv(fd, RAW_TIMEOUT_MS);
+        CHILD_CHECK(r && r->body_case == TENFERRO__FRAME__BODY_RESULT && r->result->status == TF_OK);
+        tf__frame_free(r);
+    }
+    raise(SIGKILL);
+    return 1;
+}
+
+START_TEST(test_killed_client_releases_everything) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    g_daemon = &d;
+    const uint64_t device_bytes = th_counter(&d, "device_bytes_live");
+    const uint64_t allocations = th_counter(&d, "device_allocations_live");
+    pid_t pid = th_spawn(doomed_client, NULL);
+    ck_assert_int_gt(pid, 0);
+    ck_assert_msg(th_wait(pid) == 128 + SIGKILL, "the doomed client did not get as far as its kill");
+    expect_counter(&d, "transfers_accepted", KILL_TRANSFERS);
+    expect_counter(&d, "pinned_buffers_live", 0);
+    expect_counter(&d, "pinned_bytes_live", 0);
+    expect_counter(&d, "device_bytes_live", device_bytes);
+    expect_counter(&d, "device_allocations_live", allocations);
+    ck_assert_int_eq(th_client_count(&d), 0);
+    const uint64_t completed = th_counter(&d, "transfers_completed");
+    const uint64_t failed = th_counter(&d, "transfers_failed");
+    ck_assert_uint_eq(completed + failed, KILL_TRANSFERS);
+    fprintf(stderr, "killed client: %llu transfers had completed, %llu were cut short\n",
+            (unsigned long long)completed, (unsigned long long)failed);
+    /* The daemon serves on. */
+    raw_client c = raw_open(&d);
+    tensor_create(c.fd, 1, 2, SHAPE);
+    close(buffer_create(c.fd, 1, TENSOR_BYTES));
+    slot_arm(&c, 0);
+    expect_result(transfer(c.fd, UP, 1, 1, 0, 0, TENSOR_BYTES), TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 0), TF_OK);
+    raw_close(&c);
+    expect_counter(&d, "pinned_bytes_live", 0);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/* SIGTERM while transfers are queued: the daemon drains them, frees everything and exits 0. */
+START_TEST(test_stop_with_transfers_in_flight) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    raw_client c = raw_open(&d);
+    const int64_t shape[1] = {KILL_ELEMS};
+    const uint64_t bytes = (uint64_t)KILL_ELEMS * sizeof(double);
+    for (uint64_t i = 1; i <= 3; i++) {
+        tensor_create(c.fd, i, 1, shape);
+        close(buffer_create(c.fd, i, bytes));
+    }
+    static pipeline p;
+    p.len = 0;
+    Tenferro__Frame f[3];
+    Tenferro__Transfer t[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        slot_arm(&c, i);
+        build_transfer(&f[i], &t[i], UP, i + 1, i + 1, i, 0, bytes);
+        pipe_add(&p, &f[i]);
+    }
+    pipe_send(c.fd, &p);
+    CK_DAEMON_STOP(&d);
+    raw_close(&c);
+}
+END_TEST
+
+static Suite *transfers_raw_suite(void) {
+    Suite *s = suite_create("transfers-raw");
+    TCase *tc = tcase_create("daemon");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_completion_page_with_hello);
+    tcase_add_test(tc, test_buffer_create_and_free);
+    tcase_add_test(tc, test_upload_then_download);
+    tcase_add_test(tc, test_transfer_refusals);
+    tcase_add_test(tc, test_in_flight_is_busy);
+    tcase_add_test(tc, test_released_transfer_frees_everything);
+    tcase_add_test(tc, test_pinned_limits);
+    tcase_add_test(tc, test_descriptor_waits_behind_queued_reply);
+    tcase_add_test(tc, test_killed_client_releases_everything);
+    tcase_add_test(tc, test_stop_with_transfers_in_flight);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    th_seed();
+    SRunner *sr = srunner_create(transfers_raw_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
