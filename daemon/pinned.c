@@ -18,7 +18,7 @@
 
 #define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
-/* Out of memory and out of room are the client's to fix (smaller or fewer buffers); the rest is the system's. */
+/* Out of memory or room is the client's to fix (smaller or fewer buffers); the rest is the system's. */
 static tf_status status_of_errno(int err) {
     return err == ENOMEM || err == ENOSPC || err == EFBIG || err == EOVERFLOW ? TF_ERR_NO_MEMORY
                                                                               : TF_ERR_IO;

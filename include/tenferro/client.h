@@ -32,7 +32,12 @@ typedef struct tf_client tf_client;
  */
 TF_EXTERN tf_status tf_connect(const char *socket_path, tf_client **client);
 
-/* Closes the connection; the daemon frees every tensor the client still owns. NULL is allowed. */
+/*
+ * Closes the connection; the daemon frees every tensor and pinned buffer the
+ * client still owns. Unmaps the client's pinned buffers and frees its pending
+ * transfers still open: every tf_pinned_buffer and tf_pending of this client
+ * is invalid afterwards. NULL is allowed.
+ */
 TF_EXTERN void tf_disconnect(tf_client *client);
 
 /* The message of the client's last failed call ("" after success). Never NULL. */
@@ -47,7 +52,10 @@ TF_EXTERN uint64_t tf_client_id(const tf_client *client);
 /*
  * Creates a tensor on the device from host data (row-major, `rank` dims of
  * `shape`, elements of `dtype`) and returns its handle. Blocking: when it
- * returns, `data` may be reused.
+ * returns, `data` may be reused. Like tf_download and tf_download_into, a
+ * tensor of 64 KiB or more travels through the client's staging buffer (one
+ * pinned buffer, created on first use and reused), a smaller one inline in
+ * frames (docs/transfers.md).
  */
 TF_EXTERN tf_status tf_upload(tf_client *client, tf_dtype dtype, int rank, const int64_t *shape,
                               const void *data, tf_tensor *out);

@@ -26,10 +26,11 @@
  * unexpected error, the first few of each child printed on stderr.
  *
  * After the time is up and every child has ended, the daemon's live device
- * bytes and allocations must return to the baseline within about 10 s, and the
- * daemon must stop cleanly on SIGTERM. Output: '#' lines with details, then
- *   LOAD clients=.. sessions=.. ops=.. errors_unexpected=.. lost=.. leaked_bytes=.. leaked_tensors=..
- * and exit status 0 only when errors_unexpected, lost and both leaks are 0
+ * bytes and allocations and its live pinned bytes must return to the baseline
+ * within about 10 s, and the daemon must stop cleanly on SIGTERM. Output: '#'
+ * lines with details, then
+ *   LOAD clients=.. sessions=.. ops=.. errors_unexpected=.. lost=.. leaked_bytes=.. leaked_tensors=.. leaked_pinned=..
+ * and exit status 0 only when errors_unexpected, lost and every leak are 0
  * and the daemon exited with status 0.
  *
  * Usage: load [--clients N] [--seconds S] [--seed X] [--daemon PATH] [--device DEV]
@@ -1565,6 +1566,7 @@ int main(int argc, char **argv) {
     }
     uint64_t base_bytes = th_counter(&d, "device_bytes_live");
     uint64_t base_allocs = th_counter(&d, "device_allocations_live");
+    uint64_t base_pinned = th_counter(&d, "pinned_bytes_live");
     int base_clients = th_client_count(&d);
     printf("# baseline: device_bytes_live=%" PRIu64 " device_allocations_live=%" PRIu64 " clients=%d\n",
            base_bytes, base_allocs, base_clients);
@@ -1617,14 +1619,16 @@ int main(int argc, char **argv) {
     free(slots);
 
     /* Back to the baseline? */
-    uint64_t bytes = base_bytes, allocs = base_allocs;
+    uint64_t bytes = base_bytes, allocs = base_allocs, pinned = base_pinned;
     int nclients = base_clients, settled = 0;
     uint64_t t0 = now_ms();
     while (daemon_ok && daemon_alive(&d)) {
         bytes = th_counter(&d, "device_bytes_live");
         allocs = th_counter(&d, "device_allocations_live");
+        pinned = th_counter(&d, "pinned_bytes_live");
         nclients = th_client_count(&d);
-        if (bytes == base_bytes && allocs == base_allocs && nclients == base_clients) {
+        if (bytes == base_bytes && allocs == base_allocs && pinned == base_pinned &&
+            nclients == base_clients) {
             settled = 1;
             break;
         }
@@ -1652,15 +1656,18 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
             printf(" %s=%" PRIu64, names[i], th_counter(&d, names[i]));
         printf("\n# settled=%s after %" PRIu64 " ms: device_bytes_live=%" PRIu64
-               " device_allocations_live=%" PRIu64 " clients=%d (baseline %d)\n",
-               settled ? "yes" : "no", now_ms() - t0, bytes, allocs, nclients, base_clients);
+               " device_allocations_live=%" PRIu64 " pinned_bytes_live=%" PRIu64
+               " clients=%d (baseline %d)\n",
+               settled ? "yes" : "no", now_ms() - t0, bytes, allocs, pinned, nclients, base_clients);
     }
     uint64_t unexpected_n = r->c[C_unexpected] + (daemon_ok && nclients != base_clients ? 1 : 0);
     int64_t leaked_bytes = (int64_t)(bytes - base_bytes), leaked_tensors = (int64_t)(allocs - base_allocs);
+    int64_t leaked_pinned = (int64_t)(pinned - base_pinned);
     printf("LOAD clients=%" PRIu64 " sessions=%" PRIu64 " ops=%" PRIu64 " errors_unexpected=%" PRIu64
-           " lost=%" PRIu64 " leaked_bytes=%" PRId64 " leaked_tensors=%" PRId64 "\n",
+           " lost=%" PRIu64 " leaked_bytes=%" PRId64 " leaked_tensors=%" PRId64
+           " leaked_pinned=%" PRId64 "\n",
            t.run, r->c[C_scoped_ok] + r->c[C_held_opened], r->c[C_ops], unexpected_n, r->c[C_lost],
-           leaked_bytes, leaked_tensors);
+           leaked_bytes, leaked_tensors, leaked_pinned);
     fflush(stdout);
 
     int stop_rc = -1;
@@ -1669,6 +1676,7 @@ int main(int argc, char **argv) {
     if (daemon_ok) stop_rc = th_daemon_stop(&d);
     printf("# tenferrod stopped on SIGTERM with status %d%s%s\n", stop_rc, stop_rc ? "; log " : "",
            stop_rc ? log : "");
-    int ok = unexpected_n == 0 && r->c[C_lost] == 0 && leaked_bytes == 0 && leaked_tensors == 0 && stop_rc == 0;
+    int ok = unexpected_n == 0 && r->c[C_lost] == 0 && leaked_bytes == 0 && leaked_tensors == 0 &&
+             leaked_pinned == 0 && stop_rc == 0;
     return ok ? 0 : 1;
 }
