@@ -852,6 +852,8 @@ START_TEST(test_daemon_dies_during_wait) {
     tf_session_release(s);
     tf_disconnect(c);
     ck_assert_int_eq(th_wait(d.pid), 128 + SIGKILL);
+    unlink(d.socket); /* what th_daemon_stop would have removed */
+    unlink(d.log_path);
     free(x);
 }
 END_TEST
