@@ -213,8 +213,8 @@ tf_status tf__lookup_idle(tf_client *c, tf_tensor t, tf__handle **out);
  * work naming it makes it TF_ERR_BUSY, as does a pending transfer. *bytes gets its size.
  */
 tf_status tf__transferable(tf_client *c, tf_tensor t, size_t *bytes);
-/* Sends a Free of one tensor (no reply). */
-tf_status tf__send_free(tf_client *c, tf_tensor t);
+/* Sends a Free of n tensors (no reply). */
+tf_status tf__send_free(tf_client *c, const tf_tensor *tensors, size_t n);
 /*
  * Sends one Upload of tensor h->id writing `len` bytes of data at `offset`;
  * with `create` it also creates the tensor from h's dtype and shape.

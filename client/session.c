@@ -36,13 +36,7 @@ static void send_unsettled_frees(tf_client *c, size_t from) {
             for (int k = 0; k < c->queue[i].n_inputs; k++) ids[n++] = c->queue[i].inputs[k];
     char why[sizeof c->last_error];
     memcpy(why, c->last_error, sizeof why);
-    Tenferro__Frame fr = TENFERRO__FRAME__INIT;
-    Tenferro__Free body = TENFERRO__FREE__INIT;
-    body.n_tensors = n;
-    body.tensors = ids;
-    fr.body_case = TENFERRO__FRAME__BODY_FREE;
-    fr.free = &body;
-    tf__send(c, &fr);
+    tf__send_free(c, ids, n);
     memcpy(c->last_error, why, sizeof why);
     free(ids);
 }

@@ -76,7 +76,7 @@ tf_status tf__staged_upload(tf_client *c, const tf__handle *h, const void *data,
     }
     if (moved != TF_OK && !c->broken) {
         memcpy(why, c->last_error, sizeof why);
-        tf__send_free(c, h->id);
+        tf__send_free(c, &h->id, 1);
         memcpy(c->last_error, why, sizeof why);
     }
     return moved;

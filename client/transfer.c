@@ -39,12 +39,11 @@ tf_status tf__send_upload(tf_client *c, const tf__handle *h, int create, size_t 
     return st;
 }
 
-tf_status tf__send_free(tf_client *c, tf_tensor t) {
+tf_status tf__send_free(tf_client *c, const tf_tensor *tensors, size_t n) {
     Tenferro__Frame fr = TENFERRO__FRAME__INIT;
     Tenferro__Free body = TENFERRO__FREE__INIT;
-    uint64_t id = t;
-    body.n_tensors = 1;
-    body.tensors = &id;
+    body.n_tensors = n;
+    body.tensors = (uint64_t *)tensors;
     fr.body_case = TENFERRO__FRAME__BODY_FREE;
     fr.free = &body;
     return tf__send(c, &fr);
@@ -95,7 +94,7 @@ tf_status tf_upload(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape
     st = stage ? tf__staged_upload(c, &h, data, stage) : upload_inline(c, &h, data);
     if (st != TF_OK) return st;
     if (tf__id_table_insert(&c->handles, &h) != 0) {
-        tf__send_free(c, h.id);
+        tf__send_free(c, &h.id, 1);
         return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory recording the tensor");
     }
     *out = h.id;
@@ -236,7 +235,7 @@ tf_status tf_tensor_free(tf_client *c, tf_tensor t) {
     tf_status st = tf__lookup_idle(c, t, &h);
     if (st != TF_OK) return st;
     /* Queued work may still name it: free it after that work, in the same queue. */
-    st = c->n_queued > 0 ? tf__queue_free(c, t) : tf__send_free(c, t);
+    st = c->n_queued > 0 ? tf__queue_free(c, t) : tf__send_free(c, &t, 1);
     if (st != TF_OK) return st;
     tf__id_table_remove(&c->handles, t, NULL);
     return tf__ok(c);

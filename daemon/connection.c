@@ -261,14 +261,21 @@ void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt
         vsnprintf(message, sizeof message, fmt, ap);
         va_end(ap);
     }
-    Tenferro__Frame frame = TENFERRO__FRAME__INIT;
     Tenferro__Result result = TENFERRO__RESULT__INIT;
     result.status = (uint32_t)status;
     result.message = message;
+    tfd_conn_send_result(c, seq, &result, -1);
+}
+
+void tfd_conn_send_result(tfd_conn *c, uint64_t seq, Tenferro__Result *result, int fd) {
+    Tenferro__Frame frame = TENFERRO__FRAME__INIT;
     frame.seq = seq;
     frame.body_case = TENFERRO__FRAME__BODY_RESULT;
-    frame.result = &result;
-    tfd_conn_send(c, &frame);
+    frame.result = result;
+    if (fd >= 0)
+        tfd_conn_send_with_fd(c, &frame, fd);
+    else
+        tfd_conn_send(c, &frame);
 }
 
 void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) {

@@ -73,14 +73,10 @@ void tfd_handle_buffer_create(tfd_conn *c, Tenferro__Frame *frame) {
             (unsigned long long)c->client_id, (unsigned long long)id, (unsigned long long)bytes,
             b.registered ? " and registered" : "");
 
-    Tenferro__Frame out = TENFERRO__FRAME__INIT;
     Tenferro__Result result = TENFERRO__RESULT__INIT;
     result.status = TF_OK;
     result.message = "";
-    out.seq = seq;
-    out.body_case = TENFERRO__FRAME__BODY_RESULT;
-    out.result = &result;
-    tfd_conn_send_with_fd(c, &out, fd);
+    tfd_conn_send_result(c, seq, &result, fd);
 }
 
 void tfd_handle_buffer_free(tfd_conn *c, Tenferro__Frame *frame) {

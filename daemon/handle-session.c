@@ -33,20 +33,15 @@ void tfd_handle_session_open(tfd_conn *c, Tenferro__Frame *frame) {
     c->srv->counters.sessions_opened++;
     tf__frame_free(frame);
 
-    Tenferro__Frame out = TENFERRO__FRAME__INIT;
     Tenferro__Result result = TENFERRO__RESULT__INIT;
     result.status = TF_OK;
     result.message = "";
     result.session_id = session_id;
-    out.seq = seq;
-    out.body_case = TENFERRO__FRAME__BODY_RESULT;
-    out.result = &result;
-    tfd_conn_send(c, &out);
+    tfd_conn_send_result(c, seq, &result, -1);
 }
 
 /* Sends the Result of a submission: its validation outcome, or a device failure seen by a wait. */
 static void reply_batch(tfd_conn *c, uint64_t seq, const tfd_batch_result *r) {
-    Tenferro__Frame out = TENFERRO__FRAME__INIT;
     Tenferro__Result result = TENFERRO__RESULT__INIT;
     result.status = (uint32_t)r->status;
     result.message = (char *)r->message;
@@ -54,10 +49,7 @@ static void reply_batch(tfd_conn *c, uint64_t seq, const tfd_batch_result *r) {
     result.failed_index = r->failed_index;
     result.ops_accepted = r->accepted;
     result.session_id = c->session_id;
-    out.seq = seq;
-    out.body_case = TENFERRO__FRAME__BODY_RESULT;
-    out.result = &result;
-    tfd_conn_send(c, &out);
+    tfd_conn_send_result(c, seq, &result, -1);
 }
 
 /* What a waiting submission needs when its marker completes. */

@@ -224,6 +224,8 @@ void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame);
  * when the connection goes).
  */
 void tfd_conn_send_with_fd(tfd_conn *c, Tenferro__Frame *frame, int fd);
+/* Sends `result` as the answer to request `seq`, with file descriptor `fd` attached unless it is -1. */
+void tfd_conn_send_result(tfd_conn *c, uint64_t seq, Tenferro__Result *result, int fd);
 /* Sends a Result frame answering request `seq`. */
 void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

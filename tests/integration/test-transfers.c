@@ -57,10 +57,6 @@ static const tf_dtype all_dtypes[4] = {TF_F32, TF_F64, TF_C64, TF_C128};
 /* Fails the test with the call, its status and the client's message unless it returns TF_OK. */
 #define OK(c, call) CK_STATUS(c, call, TF_OK)
 
-/* Starts a daemon with optional extra arguments (NULL-terminated) or fails the test. */
-#define START(d, ...)                                                                             \
-    ck_assert_msg(th_daemon_start((d), __VA_ARGS__) == 0, "tenferrod did not start (log %s)",     \
-                  (d)->log_path)
 
 /* malloc that fails the test instead of returning NULL. */
 static void *xmalloc(size_t bytes) {
@@ -156,8 +152,17 @@ static void expect_memory(const th_daemon *d, const memory *m) {
     for (size_t i = 0; i < N_MEMORY_COUNTERS; i++) expect_counter(d, memory_counters[i], m->v[i]);
 }
 
+/* Starts a daemon without extra arguments or fails the test. */
+static void start(th_daemon *d) { CK_DAEMON_START(d, (char *)NULL); }
+
 /* Stops the daemon and asserts a clean exit. */
 static void stop(th_daemon *d) { CK_DAEMON_STOP(d); }
+
+/* Disconnects the test's client, then stops the daemon and asserts a clean exit. */
+static void finish(th_daemon *d, tf_client *c) {
+    tf_disconnect(c);
+    stop(d);
+}
 
 /* Nanoseconds of CLOCK_MONOTONIC. */
 static uint64_t now_ns(void) {
@@ -181,7 +186,7 @@ START_TEST(test_round_trips) {
     const size_t sizes[] = {1, 37, STAGED_MIN / esz - 1, STAGED_MIN / esz, 100003,
                             ((size_t)3 << 20) / esz + 5};
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     void *reused = NULL;
     size_t cap = 0;
@@ -229,7 +234,7 @@ END_TEST
 /* Blocking routes of a multi-dimensional tensor keep its shape and bytes, staged or not. */
 START_TEST(test_blocking_shapes) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     const int64_t shapes[2][3] = {{3, 4, 5}, {64, 33, 17}};
     for (int k = 0; k < 2; k++) {
@@ -245,8 +250,7 @@ START_TEST(test_blocking_shapes) {
         expect_tensor(c, t, x, n * tf_dtype_size(TF_C64));
         free(x);
     }
-    tf_disconnect(c);
-    stop(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -254,7 +258,7 @@ END_TEST
 
 START_TEST(test_guide_scenario) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     const double host[4] = {2.0, 4.0, 6.0, 8.0}, zeros[4] = {0};
     const size_t bytes = sizeof host;
@@ -296,8 +300,7 @@ START_TEST(test_guide_scenario) {
     OK(c, tf_pinned_buffer_free(filled));
     OK(c, tf_pinned_buffer_free(reusable));
     OK(c, tf_tensor_free(c, again));
-    tf_disconnect(c);
-    stop(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -314,7 +317,7 @@ END_TEST
  */
 START_TEST(test_buffer_reuse_1000) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     double *x = random_vector(TF_F64, REUSE_N);
     tf_tensor t = upload_vector(c, TF_F64, REUSE_N, x);
@@ -340,8 +343,7 @@ START_TEST(test_buffer_reuse_1000) {
     OK(c, tf_pinned_buffer_free(b));
     OK(c, tf_tensor_free(c, t));
     free(x);
-    tf_disconnect(c);
-    stop(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -352,7 +354,7 @@ END_TEST
  */
 START_TEST(test_staging_reused) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     const size_t n = 128 * 1024;
     void *got = NULL;
@@ -374,8 +376,7 @@ START_TEST(test_staging_reused) {
     expect_counter(&d, "pinned_buffers_live", 1);
     free(big);
     free(got);
-    tf_disconnect(c);
-    stop(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -386,7 +387,7 @@ END_TEST
  */
 START_TEST(test_staging_refused_goes_inline) {
     th_daemon d;
-    START(&d, "--client-pinned-bytes", "65536", NULL);
+    CK_DAEMON_START(&d, "--client-pinned-bytes", "65536");
     tf_client *c = th_connect(&d);
     const size_t n = 300000;
     float *x = random_vector(TF_F32, n);
@@ -405,12 +406,18 @@ START_TEST(test_staging_refused_goes_inline) {
     download_through(c, s, b);
     ck_assert(memcmp(tf_pinned_buffer_data(b), small, sizeof small) == 0);
     free(x);
-    tf_disconnect(c);
-    stop(&d);
+    finish(&d, c);
 }
 END_TEST
 
 /* ---- release ---- */
+
+/* A scoped-session callback that queues nothing: its end waits for the stream to drain. */
+static tf_status queue_nothing(tf_view *v, void *arg) {
+    (void)v;
+    (void)arg;
+    return TF_OK;
+}
 
 /* Bytes of the released transfer: large enough to be in flight when released. */
 #define RELEASE_BYTES ((size_t)64 << 20)
@@ -424,13 +431,15 @@ END_TEST
  */
 START_TEST(test_release_detaches) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     const size_t n = RELEASE_BYTES / sizeof(double);
     double *x = random_vector(TF_F64, n);
     /* The staging buffer the tensor's creation needs exists before the baseline. */
     tf_tensor warm = upload_vector(c, TF_F64, n, x);
     OK(c, tf_tensor_free(c, warm));
+    /* The free runs on the stream: an empty scoped session returns once it has. */
+    OK(c, tf_with_session(c, queue_nothing, NULL));
     memory base = memory_now(&d);
     const uint64_t detached = th_counter(&d, "transfers_detached");
     for (int round = 0; round < 3; round++) {
@@ -456,8 +465,7 @@ START_TEST(test_release_detaches) {
     download_through(c, t, b);
     ck_assert(memcmp(tf_pinned_buffer_data(b), x, 4 * sizeof(double)) == 0);
     free(x);
-    tf_disconnect(c);
-    stop(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -472,7 +480,7 @@ END_TEST
  */
 START_TEST(test_slot_exhaustion) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     static tf_tensor t[MANY];
     static tf_pinned_buffer *b[MANY];
@@ -532,7 +540,7 @@ static tf_status add_self(tf_view *v, void *arg) {
 /* A buffer of another connection is an unknown handle on this one; nothing changes. */
 START_TEST(test_foreign_buffer) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *a = th_connect(&d), *b = th_connect(&d);
     double x[8];
     th_fill_random(TF_F64, 8, x);
@@ -551,15 +559,14 @@ START_TEST(test_foreign_buffer) {
     ck_assert(memcmp(tf_pinned_buffer_data(buf), x, sizeof x) == 0);
     expect_tensor(b, tb, x, sizeof x);
     tf_disconnect(a);
-    tf_disconnect(b);
-    stop(&d);
+    finish(&d, b);
 }
 END_TEST
 
 /* Everything a client may try with a buffer or a tensor in flight is refused at the call. */
 START_TEST(test_in_flight_refusals) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     double x[6], y[6], z[4];
     th_fill_random(TF_F64, 6, x);
@@ -644,7 +651,7 @@ static tf_status add_then_download(tf_view *v, void *arg) {
 
 START_TEST(test_transfers_keep_session_order) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     const size_t n = 50000;
     double *x = random_vector(TF_F64, n), *twice = xmalloc(n * sizeof *twice);
@@ -673,8 +680,7 @@ START_TEST(test_transfers_keep_session_order) {
     OK(c, tf_session_close(s, NULL));
     free(x);
     free(twice);
-    tf_disconnect(c);
-    stop(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -762,41 +768,41 @@ static void bystander_round_trip(tf_client *c) {
     ck_assert(memcmp(tf_pinned_buffer_data(b), x, sizeof x) == 0);
     OK(c, tf_pinned_buffer_free(b));
     OK(c, tf_tensor_free(c, t));
+    /* The free runs on the stream: wait for it, so a baseline taken next is settled. */
+    OK(c, tf_with_session(c, queue_nothing, NULL));
+}
+
+/*
+ * Runs child (16 MiB transfers) beside a bystander client: with kill_it the child is killed
+ * (SIGKILL) once ready, else it must exit 0; either way the daemon frees all the child had and
+ * the bystander's round trips work before and after.
+ */
+static void run_beside_bystander(int (*child)(void *), int kill_it) {
+    th_daemon d;
+    start(&d);
+    tf_client *bystander = th_connect(&d);
+    bystander_round_trip(bystander);
+    memory base = memory_now(&d);
+    child_ctx cx = {.d = &d, .bytes = (size_t)16 << 20};
+    if (kill_it) {
+        pid_t pid = spawn_ready(child, &cx);
+        kill(pid, SIGKILL);
+        ck_assert_int_eq(th_wait(pid), 128 + SIGKILL);
+    } else {
+        pid_t pid = th_spawn(child, &cx);
+        ck_assert_int_eq(th_wait(pid), 0);
+    }
+    expect_memory(&d, &base);
+    bystander_round_trip(bystander);
+    finish(&d, bystander);
 }
 
 /* A client killed (SIGKILL) with four 16 MiB transfers in flight: the daemon frees everything. */
-START_TEST(test_client_killed_in_flight) {
-    th_daemon d;
-    START(&d, NULL);
-    tf_client *bystander = th_connect(&d);
-    bystander_round_trip(bystander);
-    memory base = memory_now(&d);
-    child_ctx cx = {.d = &d, .bytes = (size_t)16 << 20};
-    pid_t pid = spawn_ready(child_in_flight, &cx);
-    kill(pid, SIGKILL);
-    ck_assert_int_eq(th_wait(pid), 128 + SIGKILL);
-    expect_memory(&d, &base);
-    bystander_round_trip(bystander);
-    tf_disconnect(bystander);
-    stop(&d);
-}
+START_TEST(test_client_killed_in_flight) { run_beside_bystander(child_in_flight, 1); }
 END_TEST
 
 /* A client that unmaps its buffers early affects only itself. */
-START_TEST(test_client_unmaps_early) {
-    th_daemon d;
-    START(&d, NULL);
-    tf_client *bystander = th_connect(&d);
-    bystander_round_trip(bystander);
-    memory base = memory_now(&d);
-    child_ctx cx = {.d = &d, .bytes = (size_t)16 << 20};
-    pid_t pid = th_spawn(child_unmaps, &cx);
-    ck_assert_int_eq(th_wait(pid), 0);
-    expect_memory(&d, &base);
-    bystander_round_trip(bystander);
-    tf_disconnect(bystander);
-    stop(&d);
-}
+START_TEST(test_client_unmaps_early) { run_beside_bystander(child_unmaps, 0); }
 END_TEST
 
 /* Matrix size and count of the work queued ahead of a transfer that the daemon never finishes. */
@@ -820,7 +826,7 @@ static tf_status slow_work(tf_view *v, void *arg) {
  */
 START_TEST(test_daemon_dies_during_wait) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     const size_t n = SLOW_N * SLOW_N;
     double *x = random_vector(TF_F64, n);
@@ -877,7 +883,7 @@ static long poll_ready(const tf_pending *p) {
  */
 START_TEST(test_is_ready_makes_no_system_call) {
     th_daemon d;
-    START(&d, NULL);
+    start(&d);
     tf_client *c = th_connect(&d);
     double x[4] = {1, 2, 3, 4};
     tf_tensor t = upload_vector(c, TF_F64, 4, x);
@@ -911,8 +917,7 @@ START_TEST(test_is_ready_makes_no_system_call) {
     fprintf(stderr, "is_ready: %.1f ns per call (%ld of %d ready)\n", ns, here, READY_CALLS);
     wait_ok(c, p, t, b);
     ck_assert(memcmp(tf_pinned_buffer_data(b), x, sizeof x) == 0);
-    tf_disconnect(c);
-    stop(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -985,7 +990,7 @@ static int fake_daemon(void *arg) {
 START_TEST(test_no_completion_page) {
     static const fake_offer offers[] = {{-1, 0, 0}, {-1, 512, 0}, {-1, 512, 100}};
     th_daemon real;
-    START(&real, NULL);
+    start(&real);
     tf_client *other = th_connect(&real);
     tf_pinned_buffer *foreign = new_buffer(other, 8);
     for (size_t k = 0; k < sizeof offers / sizeof *offers; k++) {
