@@ -412,3 +412,38 @@ double th_max_rel_diff(tf_dtype dtype, size_t n, const void *a, const void *b, d
 }
 
 double th_tolerance(tf_dtype dtype) { return (dtype == TF_F32 || dtype == TF_C64) ? 1e-5 : 1e-12; }
+
+/* ---- Result checks (the CK_RESULT macros in harness.h turn a problem into a failed test) ---- */
+
+int th_result_problem(const Tenferro__Result *r, tf_status status, const char *needle, char *why,
+                      size_t n) {
+    if (r == NULL) {
+        snprintf(why, n, "reply carries no result");
+        return 1;
+    }
+    if (r->status != (uint32_t)status) {
+        snprintf(why, n, "status %s (%s), expected %s", tf_status_name((tf_status)r->status),
+                 r->message ? r->message : "", tf_status_name(status));
+        return 1;
+    }
+    if (status != TF_OK) {
+        if (!(r->message && strlen(r->message) >= 10)) {
+            snprintf(why, n, "status %s came without a readable message", tf_status_name(status));
+            return 1;
+        }
+        if (needle && strstr(r->message, needle) == NULL) {
+            snprintf(why, n, "message \"%s\" does not mention \"%s\"", r->message, needle);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int th_reply_problem(const Tenferro__Frame *reply, tf_status status, const char *needle, char *why,
+                     size_t n) {
+    if (!(reply && reply->body_case == TENFERRO__FRAME__BODY_RESULT)) {
+        snprintf(why, n, "expected a Result, got body %d", reply ? (int)reply->body_case : -1);
+        return 1;
+    }
+    return th_result_problem(reply->result, status, needle, why, n);
+}

@@ -140,6 +140,35 @@ Tenferro__Frame *th_raw_recv_fd(int fd, int timeout_ms, int *received_fd);
 /* 1 when the peer has closed the connection (EOF within timeout_ms). */
 int th_raw_closed(int fd, int timeout_ms);
 
+/*
+ * Describes, in why (n bytes), how Result r differs from the expected one: its status must be
+ * `status`, and an error must carry a readable message (10+ characters) containing `needle`
+ * (when not NULL). Returns 1 and fills why when it differs, 0 when it matches.
+ */
+int th_result_problem(const Tenferro__Result *r, tf_status status, const char *needle, char *why,
+                      size_t n);
+/* Like th_result_problem for a whole reply, which must also be a Result frame. */
+int th_reply_problem(const Tenferro__Frame *reply, tf_status status, const char *needle, char *why,
+                     size_t n);
+
+/* In the test process: Result r must have `status` (see th_result_problem). */
+#define CK_RESULT(r, status, needle)                                                              \
+    do {                                                                                          \
+        char why_[1024];                                                                          \
+        ck_assert_msg(th_result_problem((r), (status), (needle), why_, sizeof why_) == 0, "%s",   \
+                      why_);                                                                      \
+    } while (0)
+
+/* In the test process: reply must be a Result with `status` (see th_result_problem); frees it. */
+#define CK_EXPECT_RESULT(reply, status, needle)                                                   \
+    do {                                                                                          \
+        Tenferro__Frame *reply_ = (reply);                                                        \
+        char why_[1024];                                                                          \
+        ck_assert_msg(th_reply_problem(reply_, (status), (needle), why_, sizeof why_) == 0, "%s", \
+                      why_);                                                                      \
+        tf__frame_free(reply_);                                                                   \
+    } while (0)
+
 /* ---- data ---- */
 
 /* The seed of this test process's random inputs (printed once, settable with TENFERRO_TEST_SEED). */

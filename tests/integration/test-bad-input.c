@@ -245,34 +245,11 @@ static int mentions_number(const char *msg, long long n) {
     return 0;
 }
 
-/* Checks a Result: its status, a readable message, and a word the message must contain. */
-static void check_result(const Tenferro__Result *r, tf_status status, const char *needle) {
-    ck_assert_msg(r != NULL, "reply carries no result");
-    ck_assert_msg(r->status == (uint32_t)status, "status %s (%s), expected %s",
-                  tf_status_name((tf_status)r->status), r->message ? r->message : "",
-                  tf_status_name(status));
-    if (status != TF_OK) {
-        ck_assert_msg(r->message && strlen(r->message) >= 10, "status %s came without a readable message",
-                      tf_status_name(status));
-        if (needle)
-            ck_assert_msg(strstr(r->message, needle) != NULL, "message \"%s\" does not mention \"%s\"",
-                          r->message, needle);
-    }
-}
-
-/* Checks that reply is a Result with `status` (see check_result), then frees it. */
-static void expect_result(Tenferro__Frame *reply, tf_status status, const char *needle) {
-    ck_assert_msg(reply && reply->body_case == TENFERRO__FRAME__BODY_RESULT,
-                  "expected a Result, got body %d", reply ? (int)reply->body_case : -1);
-    check_result(reply->result, status, needle);
-    tf__frame_free(reply);
-}
-
 /* Checks a batch failure: status, the failing index and how many operations were accepted. */
 static void expect_batch_failure(Tenferro__Frame *reply, tf_status status, uint32_t index,
                                  uint64_t accepted, const char *needle) {
     ck_assert_msg(reply->body_case == TENFERRO__FRAME__BODY_RESULT, "expected a Result");
-    check_result(reply->result, status, needle);
+    CK_RESULT(reply->result, status, needle);
     ck_assert_msg(reply->result->has_failed_index, "the failure names no index");
     ck_assert_uint_eq(reply->result->failed_index, index);
     ck_assert_uint_eq(reply->result->ops_accepted, accepted);
@@ -286,9 +263,26 @@ static void expect_closed_with(int fd, tf_status status, const char *needle) {
     ck_assert_msg(r->body_case == TENFERRO__FRAME__BODY_RESULT, "expected a Result, got body %d",
                   (int)r->body_case);
     if (status == TF_ERR_PROTOCOL) ck_assert_uint_eq(r->seq, 0);
-    check_result(r->result, status, needle);
+    CK_RESULT(r->result, status, needle);
     tf__frame_free(r);
     ck_assert_msg(th_raw_closed(fd, RAW_TIMEOUT_MS), "the daemon left a broken connection open");
+    close(fd);
+}
+
+/*
+ * Requires r to be a typed Result with `status` (see th_result_problem) that, when number is not
+ * -1, names that number (`number_names` says what it is), then requires the close; no_answer is the
+ * failure when r is missing or no Result.
+ */
+static void expect_typed_close(int fd, Tenferro__Frame *r, const char *no_answer, tf_status status,
+                               const char *needle, long long number, const char *number_names) {
+    ck_assert_msg(r && r->body_case == TENFERRO__FRAME__BODY_RESULT, "%s", no_answer);
+    CK_RESULT(r->result, status, needle);
+    if (number != -1)
+        ck_assert_msg(mentions_number(r->result->message, number), "\"%s\" does not name %s",
+                      r->result->message, number_names);
+    tf__frame_free(r);
+    ck_assert(th_raw_closed(fd, RAW_TIMEOUT_MS));
     close(fd);
 }
 
@@ -316,7 +310,7 @@ static void raw_create(int fd, uint64_t id, tf_dtype dtype, int rank, const int6
                        const void *data) {
     tf__meta m = {.dtype = dtype, .rank = rank};
     for (int i = 0; i < rank; i++) m.shape[i] = shape[i];
-    expect_result(raw_upload(fd, id, 1, dtype, rank, shape, 0, data, tf__meta_bytes(&m)), TF_OK, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, id, 1, dtype, rank, shape, 0, data, tf__meta_bytes(&m)), TF_OK, NULL);
 }
 
 /* Sends a Download and returns its reply, which must be a DownloadReply even when refused. */
@@ -338,7 +332,7 @@ static Tenferro__Frame *raw_download(int fd, uint64_t id, uint64_t offset, uint6
 static void expect_download_error(int fd, uint64_t id, uint64_t offset, uint64_t length,
                                   tf_status status, const char *needle) {
     Tenferro__Frame *r = raw_download(fd, id, offset, length);
-    check_result(r->download_reply->result, status, needle);
+    CK_RESULT(r->download_reply->result, status, needle);
     ck_assert_uint_eq(r->download_reply->data.len, 0);
     tf__frame_free(r);
 }
@@ -346,7 +340,7 @@ static void expect_download_error(int fd, uint64_t id, uint64_t offset, uint64_t
 /* Downloads a whole tensor of `bytes` bytes into dst, requiring success. */
 static void raw_read(int fd, uint64_t id, void *dst, size_t bytes) {
     Tenferro__Frame *r = raw_download(fd, id, 0, bytes);
-    check_result(r->download_reply->result, TF_OK, NULL);
+    CK_RESULT(r->download_reply->result, TF_OK, NULL);
     ck_assert_uint_eq(r->download_reply->data.len, bytes);
     memcpy(dst, r->download_reply->data.data, bytes);
     tf__frame_free(r);
@@ -416,6 +410,20 @@ static void expect_scoped_op_refused(int fd, raw_op *op, tf_status status, const
                          0, 0, needle);
 }
 
+/*
+ * Sends raw frame bytes carrying sequence number seq that the daemon must answer with
+ * TF_ERR_UNSUPPORTED (naming needle), leaving the connection usable; `what` names them in failures.
+ */
+static void expect_unsupported_bytes(int fd, const uint8_t *bytes, size_t n, uint64_t seq,
+                                     const char *what, const char *needle) {
+    ck_assert_int_eq(th_raw_send_bytes(fd, bytes, n), 0);
+    Tenferro__Frame *r = th_raw_recv(fd, RAW_TIMEOUT_MS);
+    ck_assert_msg(r != NULL, "no answer to %s", what);
+    ck_assert_uint_eq(r->seq, seq);
+    CK_EXPECT_RESULT(r, TF_ERR_UNSUPPORTED, needle);
+    expect_usable(fd);
+}
+
 /* Sends a Free frame (it has no reply). */
 static void raw_free(int fd, uint64_t id) {
     Tenferro__Frame f = TENFERRO__FRAME__INIT;
@@ -480,7 +488,7 @@ START_TEST(test_length_over_maximum) {
     /* A frame of exactly the maximum is served. */
     int ok_fd = raw_open(&d);
     const int64_t shape[1] = {16384};
-    expect_result(raw_upload(ok_fd, 1, 1, TF_F32, 1, shape, 0, NULL, 0), TF_OK, NULL);
+    CK_EXPECT_RESULT(raw_upload(ok_fd, 1, 1, TF_F32, 1, shape, 0, NULL, 0), TF_OK, NULL);
     static uint8_t payload[65536];
     memset(payload, 0x3f, sizeof payload);
     Tenferro__Frame f = TENFERRO__FRAME__INIT;
@@ -496,7 +504,7 @@ START_TEST(test_length_over_maximum) {
     ck_assert_int_eq(th_raw_send(ok_fd, &f), 0);
     Tenferro__Frame *r = th_raw_recv(ok_fd, RAW_TIMEOUT_MS);
     ck_assert_msg(r && r->seq == f.seq, "no answer to a frame of exactly the maximum");
-    expect_result(r, TF_OK, NULL);
+    CK_EXPECT_RESULT(r, TF_OK, NULL);
 
     /* One byte more is a protocol error, whatever follows. */
     uint64_t errors = th_counter(&d, "protocol_errors");
@@ -511,14 +519,8 @@ START_TEST(test_length_over_maximum) {
     fd = th_raw_connect(&d);
     put_header(header, UINT32_MAX);
     ck_assert_int_eq(th_raw_send_bytes(fd, header, sizeof header), 0);
-    Tenferro__Frame *e = th_raw_recv(fd, RAW_TIMEOUT_MS);
-    ck_assert_msg(e && e->body_case == TENFERRO__FRAME__BODY_RESULT, "no typed error");
-    check_result(e->result, TF_ERR_PROTOCOL, "maximum");
-    ck_assert_msg(mentions_number(e->result->message, 65536), "\"%s\" does not name the maximum",
-                  e->result->message);
-    tf__frame_free(e);
-    ck_assert(th_raw_closed(fd, RAW_TIMEOUT_MS));
-    close(fd);
+    expect_typed_close(fd, th_raw_recv(fd, RAW_TIMEOUT_MS), "no typed error", TF_ERR_PROTOCOL,
+                       "maximum", 65536, "the maximum");
 
     /* The connection that sent the frame of the maximum size is untouched. */
     expect_usable(ok_fd);
@@ -565,21 +567,12 @@ START_TEST(test_unknown_message_type) {
 
     /* seq = 7, then field 99 as a varint: no body of the oneof is set. */
     const uint8_t unknown_varint[] = {5, 0, 0, 0, 0x08, 0x07, 0x98, 0x06, 0x01};
-    ck_assert_int_eq(th_raw_send_bytes(fd, unknown_varint, sizeof unknown_varint), 0);
-    Tenferro__Frame *r = th_raw_recv(fd, RAW_TIMEOUT_MS);
-    ck_assert_msg(r != NULL, "no answer to an unknown message");
-    ck_assert_uint_eq(r->seq, 7);
-    expect_result(r, TF_ERR_UNSUPPORTED, "unknown");
-    expect_usable(fd);
+    expect_unsupported_bytes(fd, unknown_varint, sizeof unknown_varint, 7, "an unknown message",
+                             "unknown");
 
     /* seq = 8, then a future body number (22) carrying an empty message. */
     const uint8_t unknown_body[] = {5, 0, 0, 0, 0x08, 0x08, 0xb2, 0x01, 0x00};
-    ck_assert_int_eq(th_raw_send_bytes(fd, unknown_body, sizeof unknown_body), 0);
-    r = th_raw_recv(fd, RAW_TIMEOUT_MS);
-    ck_assert_msg(r != NULL, "no answer to an unknown body");
-    ck_assert_uint_eq(r->seq, 8);
-    expect_result(r, TF_ERR_UNSUPPORTED, NULL);
-    expect_usable(fd);
+    expect_unsupported_bytes(fd, unknown_body, sizeof unknown_body, 8, "an unknown body", NULL);
 
     /* Reply-only bodies sent by a client. */
     Tenferro__Frame f = TENFERRO__FRAME__INIT;
@@ -587,18 +580,18 @@ START_TEST(test_unknown_message_type) {
     hr.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
     f.body_case = TENFERRO__FRAME__BODY_HELLO_REPLY;
     f.hello_reply = &hr;
-    expect_result(raw_call(fd, &f), TF_ERR_UNSUPPORTED, NULL);
+    CK_EXPECT_RESULT(raw_call(fd, &f), TF_ERR_UNSUPPORTED, NULL);
     expect_usable(fd);
     Tenferro__Frame g = TENFERRO__FRAME__INIT;
     Tenferro__Result res = TENFERRO__RESULT__INIT;
     g.body_case = TENFERRO__FRAME__BODY_RESULT;
     g.result = &res;
-    expect_result(raw_call(fd, &g), TF_ERR_UNSUPPORTED, NULL);
+    CK_EXPECT_RESULT(raw_call(fd, &g), TF_ERR_UNSUPPORTED, NULL);
     Tenferro__Frame h = TENFERRO__FRAME__INIT;
     Tenferro__DownloadReply dr = TENFERRO__DOWNLOAD_REPLY__INIT;
     h.body_case = TENFERRO__FRAME__BODY_DOWNLOAD_REPLY;
     h.download_reply = &dr;
-    expect_result(raw_call(fd, &h), TF_ERR_UNSUPPORTED, NULL);
+    CK_EXPECT_RESULT(raw_call(fd, &h), TF_ERR_UNSUPPORTED, NULL);
     expect_usable(fd);
 
     /* An unknown operation kind and an unknown submit mode are typed too. */
@@ -607,7 +600,7 @@ START_TEST(test_unknown_message_type) {
     expect_scoped_op_refused(fd, &op, TF_ERR_UNSUPPORTED, "99");
     raw_op_init(&op, TF__OP_NONE, 0, 0, 0, 5, 0, NULL);
     expect_scoped_op_refused(fd, &op, TF_ERR_UNSUPPORTED, NULL);
-    expect_result(raw_submit(fd, 0, 42, NULL, 0), TF_ERR_INVALID_ARGUMENT, "42");
+    CK_EXPECT_RESULT(raw_submit(fd, 0, 42, NULL, 0), TF_ERR_INVALID_ARGUMENT, "42");
     expect_usable(fd);
     close(fd);
     finish(&d, &b);
@@ -623,23 +616,13 @@ START_TEST(test_version_mismatch) {
     start(&d, &b, NULL);
     int fd = th_raw_connect(&d);
     ck_assert_int_ge(fd, 0);
-    Tenferro__Frame *r = th_raw_hello(fd, 999);
-    ck_assert_msg(r && r->body_case == TENFERRO__FRAME__BODY_RESULT, "no typed answer to Hello 999");
-    check_result(r->result, TF_ERR_VERSION, "999");
-    ck_assert_msg(mentions_number(r->result->message, TENFERRO__PROTOCOL__PROTOCOL_VERSION),
-                  "\"%s\" does not name the daemon's version", r->result->message);
-    tf__frame_free(r);
-    ck_assert(th_raw_closed(fd, RAW_TIMEOUT_MS));
-    close(fd);
+    expect_typed_close(fd, th_raw_hello(fd, 999), "no typed answer to Hello 999", TF_ERR_VERSION,
+                       "999", TENFERRO__PROTOCOL__PROTOCOL_VERSION, "the daemon's version");
 
     /* Version 0 (a client that never set it) likewise. */
     fd = th_raw_connect(&d);
-    r = th_raw_hello(fd, 0);
-    ck_assert_msg(r && r->body_case == TENFERRO__FRAME__BODY_RESULT, "no typed answer to Hello 0");
-    check_result(r->result, TF_ERR_VERSION, NULL);
-    tf__frame_free(r);
-    ck_assert(th_raw_closed(fd, RAW_TIMEOUT_MS));
-    close(fd);
+    expect_typed_close(fd, th_raw_hello(fd, 0), "no typed answer to Hello 0", TF_ERR_VERSION, NULL,
+                       -1, NULL);
 
     /* First frame not Hello. */
     uint64_t errors = th_counter(&d, "protocol_errors");
@@ -655,12 +638,8 @@ START_TEST(test_version_mismatch) {
 
     /* A second Hello on a live connection. */
     fd = raw_open(&d);
-    r = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
-    ck_assert_msg(r && r->body_case == TENFERRO__FRAME__BODY_RESULT, "no typed answer to a second Hello");
-    check_result(r->result, TF_ERR_PROTOCOL, "Hello");
-    tf__frame_free(r);
-    ck_assert(th_raw_closed(fd, RAW_TIMEOUT_MS));
-    close(fd);
+    expect_typed_close(fd, th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION),
+                       "no typed answer to a second Hello", TF_ERR_PROTOCOL, "Hello", -1, NULL);
     finish(&d, &b);
 }
 END_TEST
@@ -700,10 +679,10 @@ START_TEST(test_unknown_handle) {
     expect_batch_failure(raw_submit(fd, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &op, 1),
                          TF_ERR_UNKNOWN_HANDLE, 0, 0, "424242");
     expect_download_error(fd, 424242, 0, 8, TF_ERR_UNKNOWN_HANDLE, "424242");
-    expect_result(raw_upload(fd, 424242, 0, TF_F64, 0, NULL, 0, "12345678", 8), TF_ERR_UNKNOWN_HANDLE,
+    CK_EXPECT_RESULT(raw_upload(fd, 424242, 0, TF_F64, 0, NULL, 0, "12345678", 8), TF_ERR_UNKNOWN_HANDLE,
                   "424242");
     /* Even an empty write names a tensor, and an unknown one is not a silent success. */
-    expect_result(raw_upload(fd, 424242, 0, TF_F64, 0, NULL, 0, NULL, 0), TF_ERR_UNKNOWN_HANDLE, "424242");
+    CK_EXPECT_RESULT(raw_upload(fd, 424242, 0, TF_F64, 0, NULL, 0, NULL, 0), TF_ERR_UNKNOWN_HANDLE, "424242");
     /* The output of the refused operation was never created. */
     expect_download_error(fd, 5, 0, 8, TF_ERR_UNKNOWN_HANDLE, NULL);
     expect_usable(fd);
@@ -728,7 +707,7 @@ START_TEST(test_handle_of_another_connection) {
     expect_scoped_op_refused(fd, &op, TF_ERR_UNKNOWN_HANDLE, NULL);
     /* Writing into it and freeing it: refused or ignored, never applied to the owner's tensor. */
     static double junk[BY_ELEMS];
-    expect_result(raw_upload(fd, x, 0, TF_F64, 0, NULL, 0, junk, sizeof junk), TF_ERR_UNKNOWN_HANDLE, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, x, 0, TF_F64, 0, NULL, 0, junk, sizeof junk), TF_ERR_UNKNOWN_HANDLE, NULL);
     raw_free(fd, x);
     raw_op_init(&op, TF__OP_FREE, 1, x, 0, 0, 0, NULL);
     expect_scoped_op_refused(fd, &op, TF_ERR_UNKNOWN_HANDLE, NULL);
@@ -740,7 +719,7 @@ START_TEST(test_handle_of_another_connection) {
     memset(junk, 0, sizeof junk);
     raw_create(fd, x, TF_F64, 2, shape, junk);
     raw_op_init(&op, TF__OP_ADD, 2, x, x, x + 1, 0, NULL);
-    expect_result(raw_submit(fd, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &op, 1), TF_OK, NULL);
+    CK_EXPECT_RESULT(raw_submit(fd, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &op, 1), TF_OK, NULL);
     static double back[BY_ELEMS];
     raw_read(fd, x + 1, back, sizeof back);
     for (size_t i = 0; i < BY_ELEMS; i++) ck_assert(back[i] == 0.0);
@@ -847,7 +826,7 @@ START_TEST(test_shape_dtype_mismatch) {
     raw_op_init(&op, TF__OP_NEG, 1, 1, 0, 0, 0, NULL);
     expect_scoped_op_refused(fd, &op, TF_ERR_INVALID_ARGUMENT, NULL);
     /* Upload of an unknown dtype. */
-    expect_result(raw_upload(fd, 20, 1, (tf_dtype)9, 1, s3, 0, NULL, 0), TF_ERR_DTYPE, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 20, 1, (tf_dtype)9, 1, s3, 0, NULL, 0), TF_ERR_DTYPE, NULL);
     ck_assert_uint_eq(th_counter(&d, "device_allocations_live"), allocations);
     expect_download_error(fd, 10, 0, 4, TF_ERR_UNKNOWN_HANDLE, NULL);
     /* Tensor 2 (an output handle we tried to reuse) still holds its data. */
@@ -970,17 +949,17 @@ START_TEST(test_bad_dimensions) {
     tf_disconnect(c);
 
     int fd = raw_open(&d);
-    expect_result(raw_upload(fd, 1, 1, TF_F64, 1, sneg, 0, NULL, 0), TF_ERR_BAD_SHAPE, "-2");
-    expect_result(raw_upload(fd, 2, 1, TF_F64, 2, s30, 0, NULL, 0), TF_ERR_BAD_SHAPE, NULL);
-    expect_result(raw_upload(fd, 3, 1, TF_F64, 9, nine, 0, NULL, 0), TF_ERR_BAD_SHAPE, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 1, 1, TF_F64, 1, sneg, 0, NULL, 0), TF_ERR_BAD_SHAPE, "-2");
+    CK_EXPECT_RESULT(raw_upload(fd, 2, 1, TF_F64, 2, s30, 0, NULL, 0), TF_ERR_BAD_SHAPE, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 3, 1, TF_F64, 9, nine, 0, NULL, 0), TF_ERR_BAD_SHAPE, NULL);
     /* Too many elements: refused before any allocation is attempted. */
     const int64_t huge[3] = {1 << 20, 1 << 20, 1 << 20};
-    expect_result(raw_upload(fd, 4, 1, TF_F64, 3, huge, 0, NULL, 0), TF_ERR_BAD_SHAPE, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 4, 1, TF_F64, 3, huge, 0, NULL, 0), TF_ERR_BAD_SHAPE, NULL);
     const int64_t overflow[2] = {INT64_MAX, 2};
-    expect_result(raw_upload(fd, 5, 1, TF_F64, 2, overflow, 0, NULL, 0), TF_ERR_BAD_SHAPE, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 5, 1, TF_F64, 2, overflow, 0, NULL, 0), TF_ERR_BAD_SHAPE, NULL);
     /* A legal element count that no device can hold (16 TiB) is typed too, and nothing is kept. */
     const int64_t vast[1] = {(int64_t)1 << 40};
-    expect_result(raw_upload(fd, 6, 1, TF_C128, 1, vast, 0, NULL, 0), TF_ERR_NO_MEMORY, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 6, 1, TF_C128, 1, vast, 0, NULL, 0), TF_ERR_NO_MEMORY, NULL);
     expect_download_error(fd, 6, 0, 8, TF_ERR_UNKNOWN_HANDLE, NULL);
     expect_download_error(fd, 1, 0, 8, TF_ERR_UNKNOWN_HANDLE, NULL);
     /* (The public client's valid tensor is freed on its stream after it disconnected.) */
@@ -1000,7 +979,7 @@ START_TEST(test_bad_dimensions) {
     ck_assert_uint_eq(th_counter(&d, "device_allocations_live"), allocations + 1);
     /* A valid reshape still works on this connection. */
     raw_op_init(&op, TF__OP_RESHAPE, 1, 10, 0, 11, 2, s26);
-    expect_result(raw_submit(fd, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &op, 1), TF_OK, NULL);
+    CK_EXPECT_RESULT(raw_submit(fd, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &op, 1), TF_OK, NULL);
     double back[12];
     raw_read(fd, 11, back, sizeof back);
     ck_assert(memcmp(back, x, sizeof back) == 0);
@@ -1056,7 +1035,7 @@ START_TEST(test_batch_middle_failure) {
     f.session_open = &open;
     Tenferro__Frame *r = raw_call(fd, &f);
     ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_RESULT);
-    check_result(r->result, TF_OK, NULL);
+    CK_RESULT(r->result, TF_OK, NULL);
     uint64_t session = r->result->session_id;
     ck_assert_uint_ne(session, 0);
     tf__frame_free(r);
@@ -1084,14 +1063,14 @@ START_TEST(test_batch_middle_failure) {
 
     /* The session is still open and usable: the same later operations now succeed. */
     raw_op_init(&ops[0], TF__OP_SUB, 2, 100, 101, 103, 0, NULL);
-    expect_result(raw_submit(fd, session, TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE, ops, 1), TF_OK, NULL);
+    CK_EXPECT_RESULT(raw_submit(fd, session, TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE, ops, 1), TF_OK, NULL);
     double diff[16];
     raw_read(fd, 103, diff, sizeof diff);
     for (int i = 0; i < 16; i++) ck_assert(diff[i] == sum[i] - prod[i]);
     /* A submit naming another session id is typed and changes nothing. */
-    expect_result(raw_submit(fd, session + 1, TENFERRO__SUBMIT_MODE__SUBMIT_ENQUEUE, ops, 1),
+    CK_EXPECT_RESULT(raw_submit(fd, session + 1, TENFERRO__SUBMIT_MODE__SUBMIT_ENQUEUE, ops, 1),
                   TF_ERR_SESSION_CLOSED, NULL);
-    expect_result(raw_submit(fd, session, TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE, NULL, 0), TF_OK, NULL);
+    CK_EXPECT_RESULT(raw_submit(fd, session, TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE, NULL, 0), TF_OK, NULL);
     close(fd);
 
     /*
@@ -1308,11 +1287,11 @@ START_TEST(test_out_of_range_offsets) {
 
     static uint8_t junk[256];
     memset(junk, 0xab, sizeof junk);
-    expect_result(raw_upload(fd, 1, 0, TF_F64, 0, NULL, n - 8, junk, 16), TF_ERR_INVALID_ARGUMENT, "offset");
-    expect_result(raw_upload(fd, 1, 0, TF_F64, 0, NULL, n + 1, junk, 1), TF_ERR_INVALID_ARGUMENT, NULL);
-    expect_result(raw_upload(fd, 1, 0, TF_F64, 0, NULL, UINT64_MAX, junk, 8), TF_ERR_INVALID_ARGUMENT, NULL);
-    expect_result(raw_upload(fd, 1, 0, TF_F64, 0, NULL, 0, junk, n + 1), TF_ERR_INVALID_ARGUMENT, NULL);
-    expect_result(raw_upload(fd, 1, 0, TF_F64, 0, NULL, n + 1, NULL, 0), TF_ERR_INVALID_ARGUMENT, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 1, 0, TF_F64, 0, NULL, n - 8, junk, 16), TF_ERR_INVALID_ARGUMENT, "offset");
+    CK_EXPECT_RESULT(raw_upload(fd, 1, 0, TF_F64, 0, NULL, n + 1, junk, 1), TF_ERR_INVALID_ARGUMENT, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 1, 0, TF_F64, 0, NULL, UINT64_MAX, junk, 8), TF_ERR_INVALID_ARGUMENT, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 1, 0, TF_F64, 0, NULL, 0, junk, n + 1), TF_ERR_INVALID_ARGUMENT, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 1, 0, TF_F64, 0, NULL, n + 1, NULL, 0), TF_ERR_INVALID_ARGUMENT, NULL);
     expect_usable(fd);
 
     /* Nothing of the refused writes landed; edge reads and writes inside the tensor work. */
@@ -1320,17 +1299,17 @@ START_TEST(test_out_of_range_offsets) {
     raw_read(fd, 1, back, sizeof back);
     ck_assert(memcmp(back, x, sizeof x) == 0);
     Tenferro__Frame *r = raw_download(fd, 1, n, 0);
-    check_result(r->download_reply->result, TF_OK, NULL);
+    CK_RESULT(r->download_reply->result, TF_OK, NULL);
     ck_assert_uint_eq(r->download_reply->data.len, 0);
     tf__frame_free(r);
     double last = 0.5;
-    expect_result(raw_upload(fd, 1, 0, TF_F64, 0, NULL, n - 8, &last, 8), TF_OK, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 1, 0, TF_F64, 0, NULL, n - 8, &last, 8), TF_OK, NULL);
     raw_read(fd, 1, back, sizeof back);
     ck_assert(back[15] == 0.5 && memcmp(back, x, n - 8) == 0);
 
     /* A create whose data does not fit the new tensor is refused as a whole: no tensor is left behind. */
     uint64_t allocations = th_counter(&d, "device_allocations_live");
-    expect_result(raw_upload(fd, 2, 1, TF_F64, 1, s16, 0, junk, n + 8), TF_ERR_INVALID_ARGUMENT, NULL);
+    CK_EXPECT_RESULT(raw_upload(fd, 2, 1, TF_F64, 1, s16, 0, junk, n + 8), TF_ERR_INVALID_ARGUMENT, NULL);
     ck_assert_uint_eq(th_counter(&d, "device_allocations_live"), allocations);
     expect_download_error(fd, 2, 0, 8, TF_ERR_UNKNOWN_HANDLE, NULL);
     raw_create(fd, 2, TF_F64, 1, s16, x);

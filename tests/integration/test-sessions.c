@@ -47,6 +47,12 @@
  */
 static void child_init(void) { prctl(PR_SET_PDEATHSIG, SIGKILL); }
 
+/* In a child: ties its life to the test process (child_init), then connects a client. */
+static tf_client *child_connect(const th_daemon *d) {
+    child_init();
+    return th_connect(d);
+}
+
 /* Waits for a spawned child and asserts it exited with status 0. */
 static void expect_child_ok(pid_t pid, const char *what) {
     ck_assert_msg(pid > 0, "could not spawn %s", what);
@@ -58,17 +64,13 @@ static void expect_child_ok(pid_t pid, const char *what) {
 
 /* Starts a daemon under `policy` ("reject" or "wait") with a wait deadline of `deadline_ms`. */
 static void start_daemon(th_daemon *d, const char *policy, const char *deadline_ms) {
-    int rc = th_daemon_start(d, "--reservation-policy", policy, "--wait-deadline-ms", deadline_ms,
-                             (char *)NULL);
-    ck_assert_msg(rc == 0, "tenferrod did not start (log %s)", d->log_path);
+    CK_DAEMON_START(d, "--reservation-policy", policy, "--wait-deadline-ms", deadline_ms);
 }
 
-/* Stops the daemon with SIGTERM and asserts it shut down cleanly. */
-static void stop_daemon(th_daemon *d) {
-    char log[sizeof d->log_path];
-    memcpy(log, d->log_path, sizeof log);
-    int rc = th_daemon_stop(d);
-    ck_assert_msg(rc == 0, "tenferrod exited with status %d at SIGTERM (log %s)", rc, log);
+/* Disconnects the test's client, then stops the daemon and asserts it shut down cleanly. */
+static void finish(th_daemon *d, tf_client *c) {
+    tf_disconnect(c);
+    CK_DAEMON_STOP(d);
 }
 
 /* Asserts a daemon counter reaches `value` within the counter timeout. */
@@ -210,6 +212,28 @@ static tf_status upload_vectors(tf_client *c, vectors *v) {
     return st == TF_OK ? upload_f64(c, VLEN, 0, v->y, &v->ty) : st;
 }
 
+/* Starts a daemon (see start_daemon), connects a client and uploads fresh vectors v with it. */
+static tf_client *start_with_vectors(th_daemon *d, const char *policy, const char *deadline_ms,
+                                     vectors *v) {
+    start_daemon(d, policy, deadline_ms);
+    tf_client *c = th_connect(d);
+    CK_STATUS(c, upload_vectors(c, v), TF_OK);
+    return c;
+}
+
+/* Opens a held session on c, failing the test unless it succeeds. */
+static tf_session *open_held(tf_client *c) {
+    tf_session *s = NULL;
+    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    return s;
+}
+
+/* Opens a held session on c and closes it again at once, both of which must succeed. */
+static void expect_open_close(tf_client *c) {
+    tf_session *s = open_held(c);
+    CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
+}
+
 /* ---- session callbacks ---- */
 
 /* Operands and result of one binary operation queued by a callback. */
@@ -264,17 +288,28 @@ static int held_add_works(tf_client *c, tf_session *s, const vectors *v) {
     return ok;
 }
 
+/* In the test process: held_add_works must hold (else the test fails naming `what`), then s closes. */
+static void expect_add_and_close(tf_client *c, tf_session *s, const vectors *v, const char *what) {
+    ck_assert_msg(held_add_works(c, s, v), "%s", what);
+    CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
+}
+
+/* In a child: held_add_works must hold and s must close; returns 0, or 1 after reporting a failure. */
+static int child_add_and_close(tf_client *c, tf_session *s, const vectors *v) {
+    CHILD_CHECK(held_add_works(c, s, v));
+    CHILD_STATUS(c, tf_session_close(s, NULL), TF_OK);
+    return 0;
+}
+
 /* A child that connects, opens a held session, checks it works and closes it. */
 static int child_open_use_close(void *arg) {
-    child_init();
     const th_daemon *d = arg;
-    tf_client *c = th_connect(d);
+    tf_client *c = child_connect(d);
     static vectors v;
     CHILD_STATUS(c, upload_vectors(c, &v), TF_OK);
     tf_session *s = NULL;
     CHILD_STATUS(c, tf_session_open(c, &s), TF_OK);
-    CHILD_CHECK(held_add_works(c, s, &v));
-    CHILD_STATUS(c, tf_session_close(s, NULL), TF_OK);
+    if (child_add_and_close(c, s, &v)) return 1;
     tf_disconnect(c);
     return 0;
 }
@@ -284,40 +319,33 @@ static int child_open_use_close(void *arg) {
 /* tf_session_open on a free domain succeeds at once, and the domain is reusable after close. */
 START_TEST(test_open_free_domain_and_reuse) {
     th_daemon d;
-    start_daemon(&d, "reject", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
+    tf_client *c = start_with_vectors(&d, "reject", "10000", &v);
 
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_session *s = open_held(c);
     ck_assert_ptr_nonnull(s);
-    ck_assert_msg(held_add_works(c, s, &v), "the held session's add is wrong");
-    CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
+    expect_add_and_close(c, s, &v, "the held session's add is wrong");
 
     /* The same client can open again, and so can another process. */
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
-    CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
+    expect_open_close(c);
     expect_child_ok(th_spawn(child_open_use_close, &d), "second client's open/use/close");
 
     ck_assert_uint_eq(th_counter(&d, "sessions_opened"), 3);
     ck_assert_uint_eq(th_counter(&d, "sessions_closed"), 3);
     ck_assert_uint_eq(th_counter(&d, "admissions_contended"), 0);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    finish(&d, c);
 }
 END_TEST
 
 /* ---- raw frames: the daemon's own answers, without the client library's checks ---- */
 
-/* Sends a SessionOpen with sequence number seq and returns the Result's status (or -1). */
-static int raw_session_open(int fd, uint64_t seq, uint64_t *session_id) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__SessionOpen body = TENFERRO__SESSION_OPEN__INIT;
-    f.seq = seq;
-    f.body_case = TENFERRO__FRAME__BODY_SESSION_OPEN;
-    f.session_open = &body;
-    if (th_raw_send(fd, &f) != 0) return -1;
+/*
+ * Sends frame f with sequence number seq and returns the status of the Result that answers it
+ * (or -1), storing the Result's session id in *session_id when that is not NULL.
+ */
+static int raw_result(int fd, Tenferro__Frame *f, uint64_t seq, uint64_t *session_id) {
+    f->seq = seq;
+    if (th_raw_send(fd, f) != 0) return -1;
     Tenferro__Frame *r = th_raw_recv(fd, 10000);
     int status = -1;
     if (r && r->seq == seq && r->body_case == TENFERRO__FRAME__BODY_RESULT) {
@@ -328,21 +356,24 @@ static int raw_session_open(int fd, uint64_t seq, uint64_t *session_id) {
     return status;
 }
 
+/* Sends a SessionOpen with sequence number seq and returns the Result's status (or -1). */
+static int raw_session_open(int fd, uint64_t seq, uint64_t *session_id) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__SessionOpen body = TENFERRO__SESSION_OPEN__INIT;
+    f.body_case = TENFERRO__FRAME__BODY_SESSION_OPEN;
+    f.session_open = &body;
+    return raw_result(fd, &f, seq, session_id);
+}
+
 /* Sends an empty Submit of `mode` for `session_id` and returns the Result's status (or -1). */
 static int raw_submit(int fd, uint64_t seq, uint64_t session_id, uint32_t mode) {
     Tenferro__Frame f = TENFERRO__FRAME__INIT;
     Tenferro__Submit body = TENFERRO__SUBMIT__INIT;
     body.session_id = session_id;
     body.mode = mode;
-    f.seq = seq;
     f.body_case = TENFERRO__FRAME__BODY_SUBMIT;
     f.submit = &body;
-    if (th_raw_send(fd, &f) != 0) return -1;
-    Tenferro__Frame *r = th_raw_recv(fd, 10000);
-    int status = -1;
-    if (r && r->seq == seq && r->body_case == TENFERRO__FRAME__BODY_RESULT) status = (int)r->result->status;
-    tf__frame_free(r);
-    return status;
+    return raw_result(fd, &f, seq, NULL);
 }
 
 /* Connects a raw socket and completes the handshake. */
@@ -361,18 +392,15 @@ static int raw_connect_hello(const th_daemon *d) {
 /* A second open by the holding client is TF_ERR_REENTERED, from the library and from the daemon. */
 START_TEST(test_second_open_same_client_reentered) {
     th_daemon d;
-    start_daemon(&d, "reject", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
+    tf_client *c = start_with_vectors(&d, "reject", "10000", &v);
     tf_session *s = NULL, *s2 = (tf_session *)&s2;
     CK_STATUS(c, tf_session_open(c, &s), TF_OK);
     CK_STATUS(c, tf_session_open(c, &s2), TF_ERR_REENTERED);
     ck_assert_ptr_null(s2);
     ck_assert_msg(strlen(tf_client_last_error(c)) > 0, "a refusal leaves a message");
     /* The refusal happened before any device call: the session is intact and usable. */
-    ck_assert_msg(held_add_works(c, s, &v), "the session is unusable after the refused open");
-    CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
+    expect_add_and_close(c, s, &v, "the session is unusable after the refused open");
     ck_assert_uint_eq(th_counter(&d, "sessions_opened"), 1);
 
     /* The daemon rejects it too, for a client that skips the library's check. */
@@ -388,10 +416,8 @@ START_TEST(test_second_open_same_client_reentered) {
     CK_STATUS(c, tf_session_open(c, &other), TF_ERR_CONTENDED);
     close(fd);
     expect_counter(&d, "sessions_reclaimed", 1);
-    CK_STATUS(c, tf_session_open(c, &other), TF_OK);
-    CK_STATUS(c, tf_session_close(other, NULL), TF_OK);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    expect_open_close(c);
+    finish(&d, c);
 }
 END_TEST
 
@@ -400,19 +426,15 @@ END_TEST
 /* tf_with_session by the client that holds the session is TF_ERR_REENTERED and never runs fn. */
 START_TEST(test_scoped_by_holder_reentered) {
     th_daemon d;
-    start_daemon(&d, "wait", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_client *c = start_with_vectors(&d, "wait", "10000", &v);
+    tf_session *s = open_held(c);
     int ran = 0;
     double t0 = now_ms();
     CK_STATUS(c, tf_with_session(c, cb_flag, &ran), TF_ERR_REENTERED);
     ck_assert_msg(now_ms() - t0 < 2000, "the refusal waited (even under policy wait it must not)");
     ck_assert_int_eq(ran, 0);
-    ck_assert_msg(held_add_works(c, s, &v), "the session is unusable after the refused scoped entry");
-    CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
+    expect_add_and_close(c, s, &v, "the session is unusable after the refused scoped entry");
     /* Once closed, the same scoped entry runs. */
     CK_STATUS(c, tf_with_session(c, cb_flag, &ran), TF_OK);
     ck_assert_int_eq(ran, 1);
@@ -429,8 +451,7 @@ START_TEST(test_scoped_by_holder_reentered) {
     ck_assert_int_eq(raw_submit(fd, 4, id, TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE), TF_OK);
     ck_assert_int_eq(raw_submit(fd, 5, id, TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE), TF_OK);
     close(fd);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -450,9 +471,8 @@ typedef struct contender {
  * runs.
  */
 static int child_contender(void *arg) {
-    child_init();
     contender *k = arg;
-    tf_client *c = th_connect(k->d);
+    tf_client *c = child_connect(k->d);
     static vectors v;
     static product p;
     CHILD_STATUS(c, upload_vectors(c, &v), TF_OK);
@@ -493,8 +513,7 @@ static int child_contender(void *arg) {
     if (k->scoped) {
         CHILD_CHECK(check_f64(c, p.op.out, p.ref, DIM * DIM));
     } else {
-        CHILD_CHECK(held_add_works(c, s, &v));
-        CHILD_STATUS(c, tf_session_close(s, NULL), TF_OK);
+        if (child_add_and_close(c, s, &v)) return 1;
     }
     tf_disconnect(c);
     return 0;
@@ -503,12 +522,9 @@ static int child_contender(void *arg) {
 /* The parent holds the session while a child contends for it; `scoped` picks the child's entry. */
 static void run_contention(int wait_policy, int scoped) {
     th_daemon d;
-    start_daemon(&d, wait_policy ? "wait" : "reject", "30000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_client *c = start_with_vectors(&d, wait_policy ? "wait" : "reject", "30000", &v);
+    tf_session *s = open_held(c);
 
     contender k = {.d = &d, .wait_policy = wait_policy, .scoped = scoped};
     k.answered = gate_new();
@@ -527,8 +543,7 @@ static void run_contention(int wait_policy, int scoped) {
         await_gate(k.answered, &pid, 1, "the contender is answered");
         ck_assert_uint_eq(th_counter(&d, "admissions_contended"), 1);
         ck_assert_uint_eq(th_counter(&d, "admissions_queued"), 0);
-        ck_assert_msg(held_add_works(c, s, &v), "the holder's session is unusable after a refusal");
-        CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
+        expect_add_and_close(c, s, &v, "the holder's session is unusable after a refusal");
         ck_assert(gate_open(k.go));
     }
     expect_child_ok(pid, scoped ? "scoped contender" : "held contender");
@@ -536,8 +551,7 @@ static void run_contention(int wait_policy, int scoped) {
     ck_assert_uint_eq(th_counter(&d, "scoped_roots"), scoped ? 1 : 0);
     gate_free(k.answered);
     gate_free(k.go);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    finish(&d, c);
 }
 
 /*
@@ -596,12 +610,9 @@ static tf_status cb_follow_up(tf_view *view, void *arg) {
  */
 START_TEST(test_scoped_inside_held_callback) {
     th_daemon d;
-    start_daemon(&d, "wait", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_client *c = start_with_vectors(&d, "wait", "10000", &v);
+    tf_session *s = open_held(c);
     reentry r = {.v = &v, .held = s};
     CK_STATUS(c, tf_session_with(s, cb_reenter, &r), TF_OK);
     ck_assert_msg(r.inner_scoped == TF_ERR_REENTERED, "scoped entry in a held callback: %s",
@@ -632,18 +643,15 @@ START_TEST(test_scoped_inside_held_callback) {
     ck_assert_uint_eq(stats.queued_ops, 3);
     ck_assert_uint_eq(stats.failed_submits, 0);
     ck_assert_uint_eq(th_counter(&d, "scoped_roots"), 0);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    finish(&d, c);
 }
 END_TEST
 
 /* A nested tf_with_session is TF_ERR_REENTERED and the outer burst still completes correctly. */
 START_TEST(test_nested_scoped_entry) {
     th_daemon d;
-    start_daemon(&d, "reject", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
+    tf_client *c = start_with_vectors(&d, "reject", "10000", &v);
     static double t1[VLEN], t2[VLEN];
     for (int i = 0; i < VLEN; i++) {
         t1[i] = v.x[i] + v.y[i];
@@ -670,11 +678,8 @@ START_TEST(test_nested_scoped_entry) {
     int ran = 0;
     CK_STATUS(c, tf_with_session(c, cb_flag, &ran), TF_OK);
     ck_assert_int_eq(ran, 1);
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
-    CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    expect_open_close(c);
+    finish(&d, c);
 }
 END_TEST
 
@@ -690,9 +695,8 @@ typedef struct scoped_worker {
 
 /* Runs SCOPED_ROUNDS scoped matmuls and checks each against the reference. */
 static int child_scoped_worker(void *arg) {
-    child_init();
     scoped_worker *w = arg;
-    tf_client *c = th_connect(w->d);
+    tf_client *c = child_connect(w->d);
     static product p;
     srand((unsigned)getpid());
     CHILD_STATUS(c, product_setup(c, &p), TF_OK);
@@ -728,9 +732,8 @@ static tf_status cb_hold_burst(tf_view *view, void *arg) {
 }
 
 static int child_open_burst(void *arg) {
-    child_init();
     open_burst *b = arg;
-    tf_client *c = th_connect(b->d);
+    tf_client *c = child_connect(b->d);
     CHILD_STATUS(c, tf_with_session(c, cb_hold_burst, b), TF_OK);
     tf_disconnect(c);
     return 0;
@@ -765,7 +768,7 @@ START_TEST(test_scoped_entries_concurrent) {
     gate_free(b.finish);
     gate_free(w.ready);
     gate_free(w.go);
-    stop_daemon(&d);
+    CK_DAEMON_STOP(&d);
 }
 END_TEST
 
@@ -783,9 +786,8 @@ typedef struct crash {
 
 /* Owns data from before the crash and checks it is unchanged after. */
 static int child_bystander(void *arg) {
-    child_init();
     crash *k = arg;
-    tf_client *c = th_connect(k->d);
+    tf_client *c = child_connect(k->d);
     static double x[256 * 256];
     th_fill_random(TF_F64, 256 * 256, x);
     tf_tensor tx;
@@ -820,9 +822,8 @@ static tf_status cb_chain(tf_view *view, void *arg) {
 
 /* Opens a session, submits a long chain without synchronizing, and dies by SIGKILL. */
 static int child_killed_holder(void *arg) {
-    child_init();
     crash *k = arg;
-    tf_client *c = th_connect(k->d);
+    tf_client *c = child_connect(k->d);
     /* x times a permutation matrix, over and over: the values stay finite and never denormal. */
     static double x[DIM * DIM], perm[DIM * DIM];
     th_fill_random(TF_F64, DIM * DIM, x);
@@ -842,9 +843,8 @@ static int child_killed_holder(void *arg) {
 
 /* Waits in the FIFO for the crashed holder's domain and checks it gets a whole, drained one. */
 static int child_waiting_opener(void *arg) {
-    child_init();
     crash *k = arg;
-    tf_client *c = th_connect(k->d);
+    tf_client *c = child_connect(k->d);
     static vectors v;
     CHILD_STATUS(c, upload_vectors(c, &v), TF_OK);
     tf_session *s = NULL;
@@ -855,8 +855,7 @@ static int child_waiting_opener(void *arg) {
      */
     CHILD_CHECK(th_counter(k->d, "sessions_reclaimed") == 1);
     CHILD_CHECK(th_counter(k->d, "device_allocations_live") == k->base_allocs + 2);
-    CHILD_CHECK(held_add_works(c, s, &v));
-    CHILD_STATUS(c, tf_session_close(s, NULL), TF_OK);
+    if (child_add_and_close(c, s, &v)) return 1;
     tf_disconnect(c);
     return 0;
 }
@@ -921,7 +920,7 @@ START_TEST(test_holder_killed_reclaimed) {
     gate_free(k.go);
     gate_free(k.submitted);
     gate_free(k.kill);
-    stop_daemon(&d);
+    CK_DAEMON_STOP(&d);
 }
 END_TEST
 
@@ -934,9 +933,8 @@ typedef struct timeout_opener {
 
 /* Waits for the deadline (TF_ERR_TIMEOUT), stays usable, and opens once the holder has closed. */
 static int child_timeout_opener(void *arg) {
-    child_init();
     timeout_opener *t = arg;
-    tf_client *c = th_connect(t->d);
+    tf_client *c = child_connect(t->d);
     tf_session *s = NULL;
     double t0 = now_ms();
     CHILD_STATUS(c, tf_session_open(c, &s), TF_ERR_TIMEOUT);
@@ -952,8 +950,7 @@ static int child_timeout_opener(void *arg) {
     CHILD_CHECK(gate_open(t->timed_out));
     CHILD_CHECK(gate_wait(t->go, GATE_TIMEOUT_MS));
     CHILD_STATUS(c, tf_session_open(c, &s), TF_OK);
-    CHILD_CHECK(held_add_works(c, s, &v));
-    CHILD_STATUS(c, tf_session_close(s, NULL), TF_OK);
+    if (child_add_and_close(c, s, &v)) return 1;
     tf_disconnect(c);
     return 0;
 }
@@ -964,28 +961,23 @@ static int child_timeout_opener(void *arg) {
  */
 START_TEST(test_queued_opener_deadline) {
     th_daemon d;
-    start_daemon(&d, "wait", "200");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_client *c = start_with_vectors(&d, "wait", "200", &v);
+    tf_session *s = open_held(c);
 
     timeout_opener t = {.d = &d, .timed_out = gate_new(), .go = gate_new()};
     pid_t pid = th_spawn(child_timeout_opener, &t);
     await_gate(t.timed_out, &pid, 1, "the queued opener times out");
     ck_assert_uint_eq(th_counter(&d, "admissions_timed_out"), 1);
     ck_assert_uint_eq(th_counter(&d, "sessions_opened"), 1);
-    ck_assert_msg(held_add_works(c, s, &v), "the holder's session is unusable after the timeout");
-    CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
+    expect_add_and_close(c, s, &v, "the holder's session is unusable after the timeout");
     ck_assert(gate_open(t.go));
     expect_child_ok(pid, "timed-out opener");
     ck_assert_uint_eq(th_counter(&d, "sessions_opened"), 2);
     ck_assert_uint_eq(th_counter(&d, "admissions_timed_out"), 1);
     gate_free(t.timed_out);
     gate_free(t.go);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -1034,12 +1026,9 @@ static void expect_stats(const tf_session_counters *got, const tf_session_counte
 /* The session counters after a known chain: 100 callbacks, one submit, one synchronize, close. */
 START_TEST(test_session_counters) {
     th_daemon d;
-    start_daemon(&d, "reject", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_client *c = start_with_vectors(&d, "reject", "10000", &v);
+    tf_session *s = open_held(c);
     accumulate a = {.acc = v.ty, .x = v.tx};
     for (int i = 0; i < 100; i++) CK_STATUS(c, tf_session_with(s, cb_accumulate, &a), TF_OK);
     tf_session_counters stats;
@@ -1064,8 +1053,7 @@ START_TEST(test_session_counters) {
     ck_assert_uint_eq(th_counter(&d, "ops_accepted"), 100);
     ck_assert_uint_eq(th_counter(&d, "sessions_opened"), 1);
     ck_assert_uint_eq(th_counter(&d, "sessions_closed"), 1);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -1099,9 +1087,8 @@ static void mixed_chain_ref(const vectors *v, double want[10][VLEN]) {
 
 /* A child that must be able to open the domain at once (policy reject). */
 static int child_open_at_once(void *arg) {
-    child_init();
     const th_daemon *d = arg;
-    tf_client *c = th_connect(d);
+    tf_client *c = child_connect(d);
     tf_session *s = NULL;
     CHILD_STATUS(c, tf_session_open(c, &s), TF_OK);
     CHILD_STATUS(c, tf_session_close(s, NULL), TF_OK);
@@ -1114,12 +1101,9 @@ static int child_open_at_once(void *arg) {
  */
 START_TEST(test_close_submits_queued_work) {
     th_daemon d;
-    start_daemon(&d, "reject", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_client *c = start_with_vectors(&d, "reject", "10000", &v);
+    tf_session *s = open_held(c);
     mixed_chain m = {.x = v.tx, .y = v.ty};
     CK_STATUS(c, tf_session_with(s, cb_mixed_chain, &m), TF_OK);
     tf_session_counters stats;
@@ -1131,8 +1115,7 @@ START_TEST(test_close_submits_queued_work) {
     mixed_chain_ref(&v, want);
     for (int i = 0; i < 10; i++) ck_assert_msg(check_f64(c, m.out[i], want[i], VLEN), "output %d", i);
     ck_assert_uint_eq(th_counter(&d, "sessions_closed"), 2);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -1142,13 +1125,10 @@ END_TEST
  */
 START_TEST(test_release_discards_queued_work) {
     th_daemon d;
-    start_daemon(&d, "reject", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
+    tf_client *c = start_with_vectors(&d, "reject", "10000", &v);
     uint64_t accepted = th_counter(&d, "ops_accepted");
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_session *s = open_held(c);
     mixed_chain m = {.x = v.tx, .y = v.ty};
     CK_STATUS(c, tf_session_with(s, cb_mixed_chain, &m), TF_OK);
     tf_session_release(s);
@@ -1165,10 +1145,8 @@ START_TEST(test_release_discards_queued_work) {
     ck_assert_uint_eq(th_counter(&d, "sessions_released"), 1);
     /* The inputs survive, and the client can open again. */
     ck_assert(check_f64(c, v.tx, v.x, VLEN));
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
-    CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    expect_open_close(c);
+    finish(&d, c);
 }
 END_TEST
 
@@ -1177,12 +1155,9 @@ END_TEST
 /* A submission that fails (the daemon was killed) is returned by that boundary and counted. */
 START_TEST(test_failed_submits_counted) {
     th_daemon d;
-    start_daemon(&d, "reject", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_client *c = start_with_vectors(&d, "reject", "10000", &v);
+    tf_session *s = open_held(c);
     binop op = {.a = v.tx, .b = v.ty};
     CK_STATUS(c, tf_session_with(s, cb_add, &op), TF_OK);
 
@@ -1214,12 +1189,9 @@ END_TEST
 /* Downloading an unsubmitted held-session result is TF_ERR_BUSY; after submit it is readable. */
 START_TEST(test_download_unsubmitted_busy) {
     th_daemon d;
-    start_daemon(&d, "reject", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_client *c = start_with_vectors(&d, "reject", "10000", &v);
+    tf_session *s = open_held(c);
     binop op = {.a = v.tx, .b = v.ty};
     CK_STATUS(c, tf_session_with(s, cb_add, &op), TF_OK);
     void *data = NULL;
@@ -1239,8 +1211,7 @@ START_TEST(test_download_unsubmitted_busy) {
     tf_session_counters stats;
     CK_STATUS(c, tf_session_close(s, &stats), TF_OK);
     ck_assert_uint_eq(stats.queued_ops, 1);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -1266,18 +1237,15 @@ static tf_status cb_failing(tf_view *view, void *arg) {
 /* The callback's status is returned unchanged by tf_session_with and tf_with_session. */
 START_TEST(test_callback_error_precedence) {
     th_daemon d;
-    start_daemon(&d, "reject", "10000");
-    tf_client *c = th_connect(&d);
     static vectors v;
-    CK_STATUS(c, upload_vectors(c, &v), TF_OK);
+    tf_client *c = start_with_vectors(&d, "reject", "10000", &v);
     double small[3] = {1, 2, 3}, want[VLEN];
     for (int i = 0; i < VLEN; i++) want[i] = v.x[i] + v.y[i];
     tf_tensor bad;
     CK_STATUS(c, upload_f64(c, 3, 0, small, &bad), TF_OK);
 
     /* Held: the callback's own code comes back, and the session stays usable. */
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_session *s = open_held(c);
     failing f = {.v = &v, .bad = bad, .fail_with = TF_ERR_INVALID_ARGUMENT};
     CK_STATUS(c, tf_session_with(s, cb_failing, &f), TF_ERR_INVALID_ARGUMENT);
     f.fail_with = TF_ERR_QUOTA;
@@ -1300,8 +1268,7 @@ START_TEST(test_callback_error_precedence) {
     f.fail_with = TF_ERR_INVALID_ARGUMENT;
     CK_STATUS(c, tf_with_session(c, cb_failing, &f), TF_ERR_INVALID_ARGUMENT);
     ck_assert(check_f64(c, f.good, want, VLEN));
-    tf_disconnect(c);
-    stop_daemon(&d);
+    finish(&d, c);
 }
 END_TEST
 
@@ -1310,8 +1277,7 @@ END_TEST
  */
 START_TEST(test_submission_larger_than_a_frame) {
     th_daemon d;
-    int rc = th_daemon_start(&d, "--max-frame-bytes", "65536", (char *)NULL);
-    ck_assert_msg(rc == 0, "tenferrod did not start (log %s)", d.log_path);
+    CK_DAEMON_START(&d, "--max-frame-bytes", "65536");
     tf_client *c = th_connect(&d);
     static vectors v;
     CK_STATUS(c, upload_vectors(c, &v), TF_OK);
@@ -1322,8 +1288,7 @@ START_TEST(test_submission_larger_than_a_frame) {
     }
 
     /* Held: everything is carried by the close, which must also release the reservation. */
-    tf_session *s = NULL;
-    CK_STATUS(c, tf_session_open(c, &s), TF_OK);
+    tf_session *s = open_held(c);
     accumulate a = {.acc = v.ty, .x = v.tx};
     for (int i = 0; i < MANY_OPS; i++) CK_STATUS(c, tf_session_with(s, cb_accumulate, &a), TF_OK);
     uint64_t batches = th_counter(&d, "batches");
@@ -1341,11 +1306,8 @@ START_TEST(test_submission_larger_than_a_frame) {
     CK_STATUS(c, tf_with_session(c, cb_many_adds, &b), TF_OK);
     ck_assert(check_f64(c, b.acc, want, VLEN));
     ck_assert_uint_eq(th_counter(&d, "scoped_roots"), 1);
-    tf_session *s2 = NULL;
-    CK_STATUS(c, tf_session_open(c, &s2), TF_OK);
-    CK_STATUS(c, tf_session_close(s2, NULL), TF_OK);
-    tf_disconnect(c);
-    stop_daemon(&d);
+    expect_open_close(c);
+    finish(&d, c);
 }
 END_TEST
 
@@ -1417,7 +1379,7 @@ START_TEST(test_calls_after_daemon_gone) {
     pid_t pid = th_spawn(child_orphan, &o);
     await_gate(o.ready, &pid, 1, "the client gets ready");
     /* A clean shutdown while a client holds a session with queued work still exits 0. */
-    stop_daemon(&d);
+    CK_DAEMON_STOP(&d);
     ck_assert(gate_open(o.gone));
     int rc = th_wait(pid);
     ck_assert_msg(rc != 128 + SIGPIPE, "the client was killed by SIGPIPE");

@@ -76,41 +76,23 @@ static Tenferro__Frame *call(int fd, Tenferro__Frame *f) {
     return r;
 }
 
-/* Checks a Result: its status, a readable message, and a word the message must contain. */
-static void check_result(const Tenferro__Result *r, tf_status status, const char *needle) {
-    ck_assert_msg(r != NULL, "reply carries no result");
-    ck_assert_msg(r->status == (uint32_t)status, "status %s (%s), expected %s",
-                  tf_status_name((tf_status)r->status), r->message ? r->message : "",
-                  tf_status_name(status));
-    if (status != TF_OK) {
-        ck_assert_msg(r->message && strlen(r->message) >= 10,
-                      "status %s came without a readable message", tf_status_name(status));
-        if (needle)
-            ck_assert_msg(strstr(r->message, needle) != NULL, "message \"%s\" does not mention \"%s\"",
-                          r->message, needle);
-    }
-}
-
-/* Requires reply to be a Result with `status` (see check_result), then frees it. */
-static void expect_result(Tenferro__Frame *reply, tf_status status, const char *needle) {
-    ck_assert_msg(reply && reply->body_case == TENFERRO__FRAME__BODY_RESULT,
-                  "expected a Result, got body %d", reply ? (int)reply->body_case : -1);
-    check_result(reply->result, status, needle);
-    tf__frame_free(reply);
+/* Says Hello as client `name` and returns the reply and the descriptor that came with it. */
+static Tenferro__Frame *call_hello(int fd, const char *name, int *page_fd) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Hello h = TENFERRO__HELLO__INIT;
+    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
+    h.client_name = (char *)name;
+    f.body_case = TENFERRO__FRAME__BODY_HELLO;
+    f.hello = &h;
+    return call_fd(fd, &f, page_fd);
 }
 
 /* Connects, says Hello and maps the completion page that must come with the reply. */
 static raw_client raw_open(const th_daemon *d) {
     raw_client rc = {.fd = th_raw_connect(d)};
     ck_assert_int_ge(rc.fd, 0);
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Hello h = TENFERRO__HELLO__INIT;
-    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
-    h.client_name = "raw-transfers";
-    f.body_case = TENFERRO__FRAME__BODY_HELLO;
-    f.hello = &h;
     int page_fd;
-    Tenferro__Frame *r = call_fd(rc.fd, &f, &page_fd);
+    Tenferro__Frame *r = call_hello(rc.fd, "raw-transfers", &page_fd);
     ck_assert_msg(r->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY, "handshake failed (body %d)",
                   (int)r->body_case);
     ck_assert_uint_eq(r->hello_reply->completion_slots, TF__COMPLETION_SLOTS);
@@ -145,7 +127,7 @@ static int buffer_create(int fd, uint64_t id, uint64_t bytes) {
     build_create(&f, &b, id, bytes);
     int mem;
     Tenferro__Frame *r = call_fd(fd, &f, &mem);
-    expect_result(r, TF_OK, NULL);
+    CK_EXPECT_RESULT(r, TF_OK, NULL);
     ck_assert_msg(mem >= 0, "BufferCreate's reply carried no memfd");
     return mem;
 }
@@ -156,7 +138,7 @@ static void buffer_create_refused(int fd, uint64_t id, uint64_t bytes, tf_status
     Tenferro__Frame f;
     Tenferro__BufferCreate b;
     build_create(&f, &b, id, bytes);
-    expect_result(call(fd, &f), status, needle);
+    CK_EXPECT_RESULT(call(fd, &f), status, needle);
 }
 
 /* Maps a buffer's memfd (the client's side of it). */
@@ -166,12 +148,19 @@ static uint8_t *map_buffer(int mem, size_t bytes) {
     return p;
 }
 
+/* Fills f/b with a BufferFree. */
+static void build_buffer_free(Tenferro__Frame *f, Tenferro__BufferFree *b, uint64_t id) {
+    tenferro__frame__init(f);
+    tenferro__buffer_free__init(b);
+    b->buffer = id;
+    f->body_case = TENFERRO__FRAME__BODY_BUFFER_FREE;
+    f->buffer_free = b;
+}
+
 static Tenferro__Frame *buffer_free(int fd, uint64_t id) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__BufferFree b = TENFERRO__BUFFER_FREE__INIT;
-    b.buffer = id;
-    f.body_case = TENFERRO__FRAME__BODY_BUFFER_FREE;
-    f.buffer_free = &b;
+    Tenferro__Frame f;
+    Tenferro__BufferFree b;
+    build_buffer_free(&f, &b, id);
     return call(fd, &f);
 }
 
@@ -214,7 +203,7 @@ static void tensor_create(int fd, uint64_t id, int rank, const int64_t *shape) {
     up.shape = (int64_t *)shape;
     f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
     f.upload = &up;
-    expect_result(call(fd, &f), TF_OK, NULL);
+    CK_EXPECT_RESULT(call(fd, &f), TF_OK, NULL);
 }
 
 /* Writes bytes into a tensor with a plain Upload frame and returns the reply. */
@@ -246,7 +235,7 @@ static void tensor_read(int fd, uint64_t id, void *dst, size_t bytes) {
     build_download(&f, &dl, id, bytes);
     Tenferro__Frame *r = call(fd, &f);
     ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_DOWNLOAD_REPLY);
-    check_result(r->download_reply->result, TF_OK, NULL);
+    CK_RESULT(r->download_reply->result, TF_OK, NULL);
     ck_assert_uint_eq(r->download_reply->data.len, bytes);
     memcpy(dst, r->download_reply->data.data, bytes);
     tf__frame_free(r);
@@ -259,7 +248,7 @@ static void tensor_read_refused(int fd, uint64_t id, tf_status status, const cha
     build_download(&f, &dl, id, 8);
     Tenferro__Frame *r = call(fd, &f);
     ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_DOWNLOAD_REPLY);
-    check_result(r->download_reply->result, status, needle);
+    CK_RESULT(r->download_reply->result, status, needle);
     tf__frame_free(r);
 }
 
@@ -412,14 +401,8 @@ START_TEST(test_completion_page_with_hello) {
     CK_DAEMON_START(&d, "--workers", "2");
     int fd = th_raw_connect(&d);
     ck_assert_int_ge(fd, 0);
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Hello h = TENFERRO__HELLO__INIT;
-    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
-    h.client_name = "page";
-    f.body_case = TENFERRO__FRAME__BODY_HELLO;
-    f.hello = &h;
     int page_fd;
-    Tenferro__Frame *r = call_fd(fd, &f, &page_fd);
+    Tenferro__Frame *r = call_hello(fd, "page", &page_fd);
     ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_HELLO_REPLY);
     ck_assert_uint_eq(r->hello_reply->completion_slots, TF__COMPLETION_SLOTS);
     tf__frame_free(r);
@@ -487,9 +470,9 @@ START_TEST(test_buffer_create_and_free) {
     buffer_create_refused(c.fd, 3, UINT64_MAX, TF_ERR_INVALID_ARGUMENT, NULL);
     ck_assert_uint_eq(th_counter(&d, "pinned_buffers_live"), 1);
 
-    expect_result(buffer_free(c.fd, 99), TF_ERR_UNKNOWN_HANDLE, "not live");
-    expect_result(buffer_free(c.fd, 1), TF_OK, NULL);
-    expect_result(buffer_free(c.fd, 1), TF_ERR_UNKNOWN_HANDLE, "not live");
+    CK_EXPECT_RESULT(buffer_free(c.fd, 99), TF_ERR_UNKNOWN_HANDLE, "not live");
+    CK_EXPECT_RESULT(buffer_free(c.fd, 1), TF_OK, NULL);
+    CK_EXPECT_RESULT(buffer_free(c.fd, 1), TF_ERR_UNKNOWN_HANDLE, "not live");
     ck_assert_uint_eq(client_pinned_bytes(&d, c.client_id), 0);
     ck_assert_uint_eq(th_counter(&d, "pinned_buffers_live"), 0);
     ck_assert_uint_eq(th_counter(&d, "pinned_bytes_live"), 0);
@@ -521,7 +504,7 @@ START_TEST(test_upload_then_download) {
     fill(map + off, ELEMS);
 
     slot_arm(&c, 3);
-    expect_result(transfer(c.fd, UP, 1, 10, 3, off, TENSOR_BYTES), TF_OK, NULL);
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, 3, off, TENSOR_BYTES), TF_OK, NULL);
     ck_assert_int_eq(slot_wait(&c, 3), TF_OK);
     static double back[ELEMS];
     tensor_read(c.fd, 10, back, TENSOR_BYTES);
@@ -531,17 +514,17 @@ START_TEST(test_upload_then_download) {
     /* Download: new contents by a plain Upload, then into a second buffer at offset 0. */
     static double fresh[ELEMS];
     fill(fresh, ELEMS);
-    expect_result(tensor_write(c.fd, 10, fresh, TENSOR_BYTES), TF_OK, NULL);
+    CK_EXPECT_RESULT(tensor_write(c.fd, 10, fresh, TENSOR_BYTES), TF_OK, NULL);
     int mem2 = buffer_create(c.fd, 2, TENSOR_BYTES);
     uint8_t *map2 = map_buffer(mem2, TENSOR_BYTES);
     slot_arm(&c, 4);
-    expect_result(transfer(c.fd, DOWN, 2, 10, 4, 0, TENSOR_BYTES), TF_OK, NULL);
+    CK_EXPECT_RESULT(transfer(c.fd, DOWN, 2, 10, 4, 0, TENSOR_BYTES), TF_OK, NULL);
     ck_assert_int_eq(slot_wait(&c, 4), TF_OK);
     ck_assert_msg(memcmp(map2, fresh, TENSOR_BYTES) == 0, "the downloaded bytes differ");
     /* The upload's buffer kept its bytes; the slots can be used again. */
     ck_assert_msg(memcmp(back, map + off, TENSOR_BYTES) == 0, "the upload changed its buffer");
     slot_arm(&c, 3);
-    expect_result(transfer(c.fd, DOWN, 1, 10, 3, 64, TENSOR_BYTES), TF_OK, NULL);
+    CK_EXPECT_RESULT(transfer(c.fd, DOWN, 1, 10, 3, 64, TENSOR_BYTES), TF_OK, NULL);
     ck_assert_int_eq(slot_wait(&c, 3), TF_OK);
     ck_assert_msg(memcmp(map + 64, fresh, TENSOR_BYTES) == 0, "download at an offset differs");
 
@@ -549,9 +532,9 @@ START_TEST(test_upload_then_download) {
     munmap(map2, TENSOR_BYTES);
     close(mem2);
     slot_arm(&c, 5);
-    expect_result(transfer(c.fd, DOWN, 2, 10, 5, 0, TENSOR_BYTES), TF_OK, NULL);
+    CK_EXPECT_RESULT(transfer(c.fd, DOWN, 2, 10, 5, 0, TENSOR_BYTES), TF_OK, NULL);
     ck_assert_int_eq(slot_wait(&c, 5), TF_OK);
-    expect_result(buffer_free(c.fd, 2), TF_OK, NULL);
+    CK_EXPECT_RESULT(buffer_free(c.fd, 2), TF_OK, NULL);
     expect_page_untouched(&c, 1u << 3 | 1u << 4 | 1u << 5);
     ck_assert_uint_eq(th_counter(&d, "transfers_completed"), 4);
     munmap(map, size);
@@ -574,34 +557,34 @@ START_TEST(test_transfer_refusals) {
     close(buffer_create(other.fd, 77, TENSOR_BYTES)); /* another connection's buffer id */
     const uint64_t B = TENSOR_BYTES;
 
-    expect_result(transfer(c.fd, 0, 1, 10, 0, 0, B), TF_ERR_INVALID_ARGUMENT, "direction");
-    expect_result(transfer(c.fd, 7, 1, 10, 0, 0, B), TF_ERR_INVALID_ARGUMENT, "direction");
+    CK_EXPECT_RESULT(transfer(c.fd, 0, 1, 10, 0, 0, B), TF_ERR_INVALID_ARGUMENT, "direction");
+    CK_EXPECT_RESULT(transfer(c.fd, 7, 1, 10, 0, 0, B), TF_ERR_INVALID_ARGUMENT, "direction");
     /* Direction before the buffer: both wrong names the direction. */
-    expect_result(transfer(c.fd, 0, 999, 10, 0, 0, B), TF_ERR_INVALID_ARGUMENT, "direction");
-    expect_result(transfer(c.fd, UP, 999, 10, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "buffer 999");
-    expect_result(transfer(c.fd, UP, 77, 10, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "buffer 77");
-    expect_result(transfer(c.fd, DOWN, 77, 10, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "buffer 77");
-    expect_result(buffer_free(c.fd, 77), TF_ERR_UNKNOWN_HANDLE, "not live");
-    expect_result(transfer(c.fd, UP, 1, 11, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "tensor 11");
-    expect_result(transfer(c.fd, UP, 1, 10, TF__COMPLETION_SLOTS, 0, B), TF_ERR_INVALID_ARGUMENT,
+    CK_EXPECT_RESULT(transfer(c.fd, 0, 999, 10, 0, 0, B), TF_ERR_INVALID_ARGUMENT, "direction");
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 999, 10, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "buffer 999");
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 77, 10, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "buffer 77");
+    CK_EXPECT_RESULT(transfer(c.fd, DOWN, 77, 10, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "buffer 77");
+    CK_EXPECT_RESULT(buffer_free(c.fd, 77), TF_ERR_UNKNOWN_HANDLE, "not live");
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 11, 0, 0, B), TF_ERR_UNKNOWN_HANDLE, "tensor 11");
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, TF__COMPLETION_SLOTS, 0, B), TF_ERR_INVALID_ARGUMENT,
                   "slot");
-    expect_result(transfer(c.fd, UP, 1, 10, UINT32_MAX, 0, B), TF_ERR_INVALID_ARGUMENT, "slot");
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, UINT32_MAX, 0, B), TF_ERR_INVALID_ARGUMENT, "slot");
     /* Slot before length: both wrong names the slot. */
-    expect_result(transfer(c.fd, UP, 1, 10, UINT32_MAX, 0, B - 8), TF_ERR_INVALID_ARGUMENT, "slot");
-    expect_result(transfer(c.fd, UP, 1, 10, 0, 0, B - 8), TF_ERR_INVALID_ARGUMENT,
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, UINT32_MAX, 0, B - 8), TF_ERR_INVALID_ARGUMENT, "slot");
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, 0, 0, B - 8), TF_ERR_INVALID_ARGUMENT,
                   "length mismatch");
-    expect_result(transfer(c.fd, DOWN, 1, 10, 0, 0, B + 8), TF_ERR_INVALID_ARGUMENT,
+    CK_EXPECT_RESULT(transfer(c.fd, DOWN, 1, 10, 0, 0, B + 8), TF_ERR_INVALID_ARGUMENT,
                   "length mismatch");
-    expect_result(transfer(c.fd, UP, 1, 10, 0, 0, 0), TF_ERR_INVALID_ARGUMENT, "length mismatch");
-    expect_result(transfer(c.fd, UP, 1, 10, 0, 65, B), TF_ERR_INVALID_ARGUMENT, "does not fit");
-    expect_result(transfer(c.fd, DOWN, 1, 10, 0, UINT64_MAX - 4, B), TF_ERR_INVALID_ARGUMENT,
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, 0, 0, 0), TF_ERR_INVALID_ARGUMENT, "length mismatch");
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, 0, 65, B), TF_ERR_INVALID_ARGUMENT, "does not fit");
+    CK_EXPECT_RESULT(transfer(c.fd, DOWN, 1, 10, 0, UINT64_MAX - 4, B), TF_ERR_INVALID_ARGUMENT,
                   "does not fit");
-    expect_result(transfer(c.fd, UP, 1, 10, 0, UINT64_MAX, B), TF_ERR_INVALID_ARGUMENT,
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, 0, UINT64_MAX, B), TF_ERR_INVALID_ARGUMENT,
                   "does not fit");
     /* A tensor as large as the whole buffer plus one byte can never fit. */
     const int64_t big[1] = {(int64_t)(size / 8 + 1)};
     tensor_create(c.fd, 12, 1, big);
-    expect_result(transfer(c.fd, UP, 1, 12, 0, 0, (uint64_t)big[0] * 8), TF_ERR_INVALID_ARGUMENT,
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 12, 0, 0, (uint64_t)big[0] * 8), TF_ERR_INVALID_ARGUMENT,
                   "does not fit");
 
     ck_assert_uint_eq(th_counter(&d, "transfers_accepted"), 0);
@@ -610,10 +593,10 @@ START_TEST(test_transfer_refusals) {
     expect_page_untouched(&other, 0);
     /* Nothing was marked in flight: everything is still usable. */
     slot_arm(&c, 0);
-    expect_result(transfer(c.fd, UP, 1, 10, 0, 64, B), TF_OK, NULL);
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, 0, 64, B), TF_OK, NULL);
     ck_assert_int_eq(slot_wait(&c, 0), TF_OK);
-    expect_result(buffer_free(c.fd, 1), TF_OK, NULL);
-    expect_result(buffer_free(other.fd, 77), TF_OK, NULL);
+    CK_EXPECT_RESULT(buffer_free(c.fd, 1), TF_OK, NULL);
+    CK_EXPECT_RESULT(buffer_free(other.fd, 77), TF_OK, NULL);
     expect_page_untouched(&other, 0);
     raw_close(&c);
     raw_close(&other);
@@ -644,7 +627,7 @@ START_TEST(test_in_flight_is_busy) {
     Tenferro__Frame f[10];
     Tenferro__Transfer t[4];
     raw_op ops[2];
-    Tenferro__BufferFree bf = TENFERRO__BUFFER_FREE__INIT;
+    Tenferro__BufferFree bf;
     Tenferro__Download dl;
     Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
     Tenferro__Free fr = TENFERRO__FREE__INIT;
@@ -660,10 +643,7 @@ START_TEST(test_in_flight_is_busy) {
     uint64_t s_tensor = pipe_add(&p, &f[2]);
     build_transfer(&f[3], &t[3], UP, 2, 11, 0, 0, TENSOR_BYTES);
     uint64_t s_slot = pipe_add(&p, &f[3]);
-    tenferro__frame__init(&f[4]);
-    bf.buffer = 1;
-    f[4].body_case = TENFERRO__FRAME__BODY_BUFFER_FREE;
-    f[4].buffer_free = &bf;
+    build_buffer_free(&f[4], &bf, 1);
     uint64_t s_bfree = pipe_add(&p, &f[4]);
     build_scoped_op(&f[5], &ops[0], TF__OP_ADD, 2, 11, 10, 50);
     uint64_t s_op = pipe_add(&p, &f[5]);
@@ -688,27 +668,27 @@ START_TEST(test_in_flight_is_busy) {
     ck_assert_uint_lt(p.len, 4096);
     pipe_send(c.fd, &p);
 
-    expect_result(recv_reply(c.fd, s_ok), TF_OK, NULL);
-    expect_result(recv_reply(c.fd, s_buffer), TF_ERR_BUSY, "buffer 1 is already in a transfer");
-    expect_result(recv_reply(c.fd, s_tensor), TF_ERR_BUSY, "tensor 10 is already in a transfer");
-    expect_result(recv_reply(c.fd, s_slot), TF_ERR_BUSY, "slot 0");
-    expect_result(recv_reply(c.fd, s_bfree), TF_ERR_BUSY, "in flight");
+    CK_EXPECT_RESULT(recv_reply(c.fd, s_ok), TF_OK, NULL);
+    CK_EXPECT_RESULT(recv_reply(c.fd, s_buffer), TF_ERR_BUSY, "buffer 1 is already in a transfer");
+    CK_EXPECT_RESULT(recv_reply(c.fd, s_tensor), TF_ERR_BUSY, "tensor 10 is already in a transfer");
+    CK_EXPECT_RESULT(recv_reply(c.fd, s_slot), TF_ERR_BUSY, "slot 0");
+    CK_EXPECT_RESULT(recv_reply(c.fd, s_bfree), TF_ERR_BUSY, "in flight");
     Tenferro__Frame *r = recv_reply(c.fd, s_op);
-    check_result(r->result, TF_ERR_BUSY, "pending transfer");
+    CK_RESULT(r->result, TF_ERR_BUSY, "pending transfer");
     ck_assert(r->result->has_failed_index);
     ck_assert_uint_eq(r->result->failed_index, 0);
     ck_assert_uint_eq(r->result->ops_accepted, 0);
     tf__frame_free(r);
     r = recv_reply(c.fd, s_opfree);
-    check_result(r->result, TF_ERR_BUSY, "pending transfer");
+    CK_RESULT(r->result, TF_ERR_BUSY, "pending transfer");
     ck_assert(r->result->has_failed_index);
     tf__frame_free(r);
     r = recv_reply(c.fd, s_dl);
     ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_DOWNLOAD_REPLY);
-    check_result(r->download_reply->result, TF_ERR_BUSY, "pending transfer");
+    CK_RESULT(r->download_reply->result, TF_ERR_BUSY, "pending transfer");
     ck_assert_uint_eq(r->download_reply->data.len, 0);
     tf__frame_free(r);
-    expect_result(recv_reply(c.fd, s_up), TF_ERR_BUSY, "pending transfer");
+    CK_EXPECT_RESULT(recv_reply(c.fd, s_up), TF_ERR_BUSY, "pending transfer");
 
     ck_assert_int_eq(slot_wait(&c, 0), TF_OK);
     /* The refused requests changed nothing: the tensor holds the buffer's bytes and lives on. */
@@ -722,13 +702,13 @@ START_TEST(test_in_flight_is_busy) {
     Tenferro__Frame add;
     raw_op op;
     build_scoped_op(&add, &op, TF__OP_ADD, 2, 10, 10, 50);
-    expect_result(call(c.fd, &add), TF_OK, NULL);
+    CK_EXPECT_RESULT(call(c.fd, &add), TF_OK, NULL);
     slot_arm(&c, 0);
-    expect_result(transfer(c.fd, DOWN, 2, 50, 0, 0, TENSOR_BYTES), TF_OK, NULL);
+    CK_EXPECT_RESULT(transfer(c.fd, DOWN, 2, 50, 0, 0, TENSOR_BYTES), TF_OK, NULL);
     ck_assert_int_eq(slot_wait(&c, 0), TF_OK);
     uint8_t *map2 = map_buffer(mem2, TENSOR_BYTES);
     for (size_t i = 0; i < ELEMS; i++) ck_assert(((double *)map2)[i] == 2.0 * back[i]);
-    expect_result(buffer_free(c.fd, 1), TF_OK, NULL);
+    CK_EXPECT_RESULT(buffer_free(c.fd, 1), TF_OK, NULL);
     munmap(map1, TENSOR_BYTES);
     munmap(map2, TENSOR_BYTES);
     close(mem1);
@@ -755,7 +735,7 @@ START_TEST(test_released_transfer_frees_everything) {
         if (dir == 2) {
             /* Late: the copy completed and its DONE was read before the release is sent. */
             slot_arm(&c, 7);
-            expect_result(transfer(c.fd, UP, 1, 10, 7, 0, TENSOR_BYTES), TF_OK, NULL);
+            CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, 7, 0, TENSOR_BYTES), TF_OK, NULL);
             ck_assert_int_eq(slot_wait(&c, 7), TF_OK);
             Tenferro__Frame f;
             Tenferro__TransferRelease rel;
@@ -764,7 +744,7 @@ START_TEST(test_released_transfer_frees_everything) {
             ck_assert_int_eq(th_raw_send(c.fd, &f), 0);
             expect_counter(&d, "transfers_detached", 3);
             tensor_read_refused(c.fd, 10, TF_ERR_UNKNOWN_HANDLE, "not live");
-            expect_result(buffer_free(c.fd, 1), TF_ERR_UNKNOWN_HANDLE, "not live");
+            CK_EXPECT_RESULT(buffer_free(c.fd, 1), TF_ERR_UNKNOWN_HANDLE, "not live");
             expect_counter(&d, "device_allocations_live", allocations);
             /* A second release of the same slot finds nothing. */
             f.seq = ++g_seq;
@@ -784,10 +764,10 @@ START_TEST(test_released_transfer_frees_everything) {
         build_release(&f[2], &rel[1], 8); /* no transfer: ignored */
         pipe_add(&p, &f[2]);
         pipe_send(c.fd, &p);
-        expect_result(recv_reply(c.fd, s), TF_OK, NULL);
+        CK_EXPECT_RESULT(recv_reply(c.fd, s), TF_OK, NULL);
         ck_assert_int_eq(slot_wait(&c, 7), TF_OK);
         tensor_read_refused(c.fd, 10, TF_ERR_UNKNOWN_HANDLE, "not live");
-        expect_result(buffer_free(c.fd, 1), TF_ERR_UNKNOWN_HANDLE, "not live");
+        CK_EXPECT_RESULT(buffer_free(c.fd, 1), TF_ERR_UNKNOWN_HANDLE, "not live");
         ck_assert_uint_eq(client_pinned_bytes(&d, c.client_id), 0);
         expect_counter(&d, "device_allocations_live", allocations);
         ck_assert_uint_eq(th_counter(&d, "transfers_detached"), (uint64_t)dir + 1);
@@ -809,7 +789,7 @@ START_TEST(test_pinned_limits) {
     buffer_create_refused(a.fd, 2, 768 * 1024, TF_ERR_QUOTA, "pinned_bytes");
     ck_assert_uint_eq(th_counter(&d, "pinned_buffers_live"), 1);
     ck_assert_uint_eq(th_counter(&d, "quota_refusals"), 1);
-    expect_result(buffer_free(a.fd, 1), TF_OK, NULL);
+    CK_EXPECT_RESULT(buffer_free(a.fd, 1), TF_OK, NULL);
     close(buffer_create(a.fd, 2, 768 * 1024));
     close(buffer_create(a.fd, 3, 256 * 1024)); /* exactly the limit */
     buffer_create_refused(a.fd, 4, 1, TF_ERR_QUOTA, "quota.client");
@@ -1010,7 +990,7 @@ START_TEST(test_killed_client_releases_everything) {
     tensor_create(c.fd, 1, 2, SHAPE);
     close(buffer_create(c.fd, 1, TENSOR_BYTES));
     slot_arm(&c, 0);
-    expect_result(transfer(c.fd, UP, 1, 1, 0, 0, TENSOR_BYTES), TF_OK, NULL);
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 1, 0, 0, TENSOR_BYTES), TF_OK, NULL);
     ck_assert_int_eq(slot_wait(&c, 0), TF_OK);
     raw_close(&c);
     expect_counter(&d, "pinned_bytes_live", 0);
