@@ -210,7 +210,7 @@ deps:
 test-unit: $(UNIT_TESTS)
 	@for t in $(UNIT_TESTS); do echo "== $$t"; $$t || exit 1; done
 
-test-integration: $(BUILD)/tenferrod $(INTEGRATION_TESTS)
+test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS)
 	@for t in $(INTEGRATION_TESTS); do echo "== $$t"; \
 	  TENFERRO_DAEMON=$(BUILD)/tenferrod $$t || exit 1; done
 
