@@ -670,16 +670,22 @@ static tf_status launched(cudaError_t e, const char *launcher, const tfd_op *op,
 
 /* ---- operation families ---- */
 
+/* Elementwise operands: every input and the output share the first input's dtype and size. */
+static tf_status check_elementwise(const tfd_op *op, int arity, char *msg, size_t msg_len) {
+    const tf_dtype dt = op->in[0].dtype;
+    if (op->out.dtype != dt || (arity == 2 && op->in[1].dtype != dt))
+        return inconsistent(op, "operand and output dtypes differ", msg, msg_len);
+    if (op->out.numel != op->in[0].numel || (arity == 2 && op->in[1].numel != op->in[0].numel))
+        return inconsistent(op, "operand and output sizes differ", msg, msg_len);
+    return TF_OK;
+}
+
 /* add, sub, mul, div: two inputs and an output of one dtype and one element count. */
 static tf_status cuda_binary(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                              size_t msg_len) {
     tf_status st = begin_op(be, stream, op, 2, msg, msg_len);
     if (st != TF_OK) return st;
-    const tf_dtype dt = op->in[0].dtype;
-    if (op->in[1].dtype != dt || op->out.dtype != dt)
-        return inconsistent(op, "operand and output dtypes differ", msg, msg_len);
-    if (op->in[1].numel != op->in[0].numel || op->out.numel != op->in[0].numel)
-        return inconsistent(op, "operand and output sizes differ", msg, msg_len);
+    if ((st = check_elementwise(op, 2, msg, msg_len)) != TF_OK) return st;
     return LAUNCHED(tfd_cuda_launch_binary, (cuda_impl *)be->impl, (tfd_cuda_stream *)stream, op,
                     msg, msg_len);
 }
@@ -706,11 +712,7 @@ static tf_status cuda_axpby(tfd_backend *be, void *stream, const tfd_op *op, cha
     const int arity = op->kind == TF__OP_AXPBY ? 2 : 1;
     tf_status st = begin_op(be, stream, op, arity, msg, msg_len);
     if (st != TF_OK) return st;
-    const tf_dtype dt = op->in[0].dtype;
-    if (op->out.dtype != dt || (arity == 2 && op->in[1].dtype != dt))
-        return inconsistent(op, "operand and output dtypes differ", msg, msg_len);
-    if (op->out.numel != op->in[0].numel || (arity == 2 && op->in[1].numel != op->in[0].numel))
-        return inconsistent(op, "operand and output sizes differ", msg, msg_len);
+    if ((st = check_elementwise(op, arity, msg, msg_len)) != TF_OK) return st;
     return LAUNCHED(tfd_cuda_launch_axpby, (cuda_impl *)be->impl, (tfd_cuda_stream *)stream, op,
                     msg, msg_len);
 }
