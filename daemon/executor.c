@@ -400,10 +400,17 @@ int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome) {
     int idle = 0;
     pthread_mutex_lock(&s->lock);
     if (!s->scheduled && !s->head) {
-        /* A synchronous backend records no event: its work is done when the queue is. */
+        /*
+         * An asynchronous backend says whether the device has finished the stream;
+         * a synchronous one records no event: its work is done when the queue is.
+         */
+        const tfd_backend_vtable *vt = s->ex->be->vt;
         char msg[8];
-        if (s->ex->be->vt->event_record(s->ex->be, s->native, &probe, msg, sizeof msg) == TF_OK &&
-            !probe) {
+        int done = vt->stream_done
+                       ? vt->stream_done(s->ex->be, s->native)
+                       : vt->event_record(s->ex->be, s->native, &probe, msg, sizeof msg) == TF_OK &&
+                             !probe;
+        if (done) {
             *outcome = s->failure;
             memset(&s->failure, 0, sizeof s->failure);
             idle = 1;

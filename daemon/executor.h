@@ -118,10 +118,11 @@ void *tfd_stream_native(tfd_stream *s);
 uint64_t tfd_stream_queued(tfd_stream *s);
 
 /*
- * When the stream has nothing queued or running and the backend runs work
- * synchronously, takes the stream's pending failure into *outcome and returns
- * 1: a marker would complete at once, so the loop can answer without a
- * round trip through the workers. Returns 0 otherwise.
+ * When the stream has nothing queued or running and its device work has
+ * completed (a synchronous backend's always has; an asynchronous one is asked
+ * without waiting), takes the stream's pending failure into *outcome and
+ * returns 1: a marker would complete at once, so the loop can answer without
+ * a round trip through the workers. Returns 0 otherwise.
  */
 int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome);
 

@@ -87,6 +87,13 @@ typedef struct tfd_backend_vtable {
     void (*event_destroy)(tfd_backend *be, void *event);
 
     /*
+     * Optional, for asynchronous backends: 1 when everything enqueued on the
+     * stream has completed without error, else 0. Never waits, so the loop
+     * thread may ask; it answers an idle stream's synchronize at once.
+     */
+    int (*stream_done)(tfd_backend *be, void *stream);
+
+    /*
      * Optional (NULL = always healthy): TF_OK while the device can still be
      * trusted, else TF_ERR_DEVICE with the reason, once an error has made
      * every later result unreliable (a CUDA context poisoned by a kernel fault).

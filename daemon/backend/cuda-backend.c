@@ -916,6 +916,14 @@ static tf_status cuda_trim(tfd_backend *be, char *msg, size_t msg_len) {
     return TF_OK;
 }
 
+/* Whether the device has finished everything on the stream; cudaStreamQuery never waits. */
+static int cuda_stream_done(tfd_backend *be, void *stream) {
+    cuda_impl *impl = be->impl;
+    char msg[64];
+    if (!stream || enter(impl, msg, sizeof msg) != TF_OK) return 0;
+    return cudaStreamQuery(((tfd_cuda_stream *)stream)->stream) == cudaSuccess;
+}
+
 /* The device is lost for good once the context is poisoned. */
 static tf_status cuda_health(tfd_backend *be, char *msg, size_t msg_len) {
     (void)be;
@@ -961,6 +969,7 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .event_record = cuda_event_record,
     .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,
+    .stream_done = cuda_stream_done,
     .health = cuda_health,
     .trim = cuda_trim,
     .host_register = cuda_host_register,
