@@ -27,6 +27,24 @@ void tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec) {
     tfd_stream_enqueue(c->stream, it, it, 1);
 }
 
+tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, tf_status *status,
+                              char *msg, size_t msg_len) {
+    tfd_tensor *t = tfd_tensor_table_find(&c->tensors, id);
+    if (!t) {
+        snprintf(msg, msg_len, "%s: tensor %llu is not live on this connection", what,
+                 (unsigned long long)id);
+        *status = TF_ERR_UNKNOWN_HANDLE;
+        return NULL;
+    }
+    if (t->in_flight) {
+        snprintf(msg, msg_len, "%s: tensor %llu is in a pending transfer: wait for it first", what,
+                 (unsigned long long)id);
+        *status = TF_ERR_BUSY;
+        return NULL;
+    }
+    return t;
+}
+
 /* Copies a table record into a kernel's view of it. */
 static void view_of(const tfd_tensor *t, tfd_tensor_view *v) {
     v->dtype = t->meta.dtype;
@@ -56,19 +74,9 @@ static void chain_push(chain *ch, tfd_item *it) {
 
 /* Validates and prepares a FREE operation: every named tensor must exist and be in no transfer. */
 static tf_status prepare_free(tfd_conn *c, const Tenferro__Op *op, chain *ch, char *msg, size_t len) {
-    for (size_t i = 0; i < op->n_inputs; i++) {
-        tfd_tensor *t = tfd_tensor_table_find(&c->tensors, op->inputs[i]);
-        if (!t) {
-            snprintf(msg, len, "free: tensor %llu is not live on this connection",
-                     (unsigned long long)op->inputs[i]);
-            return TF_ERR_UNKNOWN_HANDLE;
-        }
-        if (t->in_flight) {
-            snprintf(msg, len, "free: tensor %llu is in a pending transfer: wait for it first",
-                     (unsigned long long)op->inputs[i]);
-            return TF_ERR_BUSY;
-        }
-    }
+    tf_status st;
+    for (size_t i = 0; i < op->n_inputs; i++)
+        if (!tfd_usable_tensor(c, op->inputs[i], "free", &st, msg, len)) return st;
     for (size_t i = 0; i < op->n_inputs; i++) {
         tfd_tensor rec;
         if (tfd_tensor_table_remove(&c->tensors, op->inputs[i], &rec) != 0) continue; /* named twice */
@@ -115,18 +123,13 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     tfd_op *d = &it->u.op;
     tf__meta in_meta[2];
     for (int i = 0; i < arity; i++) {
-        tfd_tensor *t = tfd_tensor_table_find(&c->tensors, op->inputs[i]);
+        char what[32];
+        snprintf(what, sizeof what, "%s input %d", tf__op_name(kind), i);
+        tf_status st;
+        tfd_tensor *t = tfd_usable_tensor(c, op->inputs[i], what, &st, msg, len);
         if (!t) {
-            snprintf(msg, len, "%s: input %d names tensor %llu, which is not live on this connection",
-                     tf__op_name(kind), i, (unsigned long long)op->inputs[i]);
             tfd_item_free(it);
-            return TF_ERR_UNKNOWN_HANDLE;
-        }
-        if (t->in_flight) {
-            snprintf(msg, len, "%s: input %d names tensor %llu, which is in a pending transfer: wait "
-                     "for it first", tf__op_name(kind), i, (unsigned long long)op->inputs[i]);
-            tfd_item_free(it);
-            return TF_ERR_BUSY;
+            return st;
         }
         in_meta[i] = t->meta;
         view_of(t, &d->in[i]);

@@ -62,21 +62,13 @@ void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
     if (up->create) st = create_tensor(c, up, msg, sizeof msg);
     /* A write names a live tensor and fits it, even an empty write (never a silent success). */
     if (st == TF_OK && (up->data.len > 0 || !up->create)) {
-        tfd_tensor *t = tfd_tensor_table_find(&c->tensors, up->tensor);
-        if (!t) {
-            snprintf(msg, sizeof msg, "tensor %llu is not live on this connection",
-                     (unsigned long long)up->tensor);
-            st = TF_ERR_UNKNOWN_HANDLE;
-        } else if (t->in_flight) {
-            snprintf(msg, sizeof msg, "tensor %llu is in a pending transfer: wait for it first",
-                     (unsigned long long)up->tensor);
-            st = TF_ERR_BUSY;
-        } else if (up->offset > t->bytes || up->data.len > t->bytes - up->offset) {
+        tfd_tensor *t = tfd_usable_tensor(c, up->tensor, "upload", &st, msg, sizeof msg);
+        if (t && (up->offset > t->bytes || up->data.len > t->bytes - up->offset)) {
             snprintf(msg, sizeof msg, "write of %zu bytes at offset %llu does not fit tensor %llu (%zu bytes)",
                      up->data.len, (unsigned long long)up->offset, (unsigned long long)up->tensor,
                      t->bytes);
             st = TF_ERR_INVALID_ARGUMENT;
-        } else if (up->data.len > 0) {
+        } else if (t && up->data.len > 0) {
             tfd_item *it = tfd_item_new(TFD_ITEM_WRITE);
             if (!it) {
                 snprintf(msg, sizeof msg, "out of host memory");
@@ -149,15 +141,11 @@ void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
     uint64_t seq = frame->seq;
     uint64_t id = dl->tensor, offset = dl->offset, length = dl->length;
     tf__frame_free(frame);
-    tfd_tensor *t = tfd_tensor_table_find(&c->tensors, id);
+    char why[256];
+    tf_status st;
+    tfd_tensor *t = tfd_usable_tensor(c, id, "download", &st, why, sizeof why);
     if (!t) {
-        refuse_download(c, seq, TF_ERR_UNKNOWN_HANDLE, "tensor %llu is not live on this connection",
-                        (unsigned long long)id);
-        return;
-    }
-    if (t->in_flight) {
-        refuse_download(c, seq, TF_ERR_BUSY, "tensor %llu is in a pending transfer: wait for it first",
-                        (unsigned long long)id);
+        refuse_download(c, seq, st, "%s", why);
         return;
     }
     if (offset > t->bytes || length > t->bytes - offset) {
