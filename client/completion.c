@@ -21,8 +21,16 @@
 
 /* Longest sleep on a slot before the connection is checked again. */
 #define WAIT_STEP_NS 100000000L
-/* How long a wait polls the slot before sleeping: a copy that is microseconds away costs no wake-up. */
-#define WAIT_SPIN_NS 30000u
+/*
+ * How long a wait polls its slot before it sleeps: a fixed part for the
+ * request's trip, plus the copy at a pessimistic bandwidth, up to a cap. A
+ * copy that ends while the client polls costs no wake-up (a futex wake-up
+ * is several microseconds, a large share of a transfer of a few MiB); past
+ * the cap a wake-up is noise.
+ */
+#define WAIT_SPIN_BASE_US 50u
+#define WAIT_SPIN_BYTES_PER_US 4000u /* 4 GB/s */
+#define WAIT_SPIN_MAX_US 4000u
 
 tf_status tf__completion_map(tf_client *c, uint32_t slots, int fd) {
     struct stat sb;
@@ -93,7 +101,9 @@ tf_status tf__slot_acquire(tf_client *c, uint32_t *slot) {
     return TF_OK;
 }
 
-void tf__slot_arm(tf_client *c, uint32_t slot) {
+void tf__slot_arm(tf_client *c, uint32_t slot, size_t bytes) {
+    size_t spin_us = WAIT_SPIN_BASE_US + bytes / WAIT_SPIN_BYTES_PER_US;
+    c->slot_spin_us[slot] = spin_us > WAIT_SPIN_MAX_US ? WAIT_SPIN_MAX_US : (uint32_t)spin_us;
     c->completion[slot].status = TF_OK;
     __atomic_store_n(state_word(c, slot), TF__SLOT_PENDING, __ATOMIC_RELEASE);
 }
@@ -123,19 +133,19 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Polls the slot for up to WAIT_SPIN_NS; returns 1 once it is no longer PENDING. */
-static int spin_until_done(uint32_t *word) {
-    uint64_t start = now_ns();
+/* Polls the slot for up to spin_us microseconds; returns 1 once it is no longer PENDING. */
+static int spin_until_done(uint32_t *word, uint32_t spin_us) {
+    const uint64_t start = now_ns(), limit = (uint64_t)spin_us * 1000u;
     for (unsigned i = 1;; i++) {
         if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != TF__SLOT_PENDING) return 1;
         cpu_relax();
-        if ((i & 63) == 0 && now_ns() - start > WAIT_SPIN_NS) return 0;
+        if ((i & 63) == 0 && now_ns() - start > limit) return 0;
     }
 }
 
 tf_status tf__slot_wait(tf_client *c, uint32_t slot, tf_status *transfer_status) {
     uint32_t *word = state_word(c, slot);
-    spin_until_done(word);
+    spin_until_done(word, c->slot_spin_us[slot]);
     for (;;) {
         uint32_t state = __atomic_load_n(word, __ATOMIC_ACQUIRE);
         if (state == TF__SLOT_DONE) break;

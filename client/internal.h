@@ -114,6 +114,7 @@ struct tf_client {
     uint32_t n_slots;
     uint64_t slot_used[TF__COMPLETION_SLOTS / 64];     /* slots armed, waited for or detached */
     uint64_t slot_detached[TF__COMPLETION_SLOTS / 64]; /* released: reclaimed once DONE */
+    uint32_t slot_spin_us[TF__COMPLETION_SLOTS];       /* how long a wait polls before sleeping */
 
     uint64_t next_buffer_id;
     tf_pinned_buffer *buffers; /* every mapped buffer, the staging buffer included */
@@ -157,8 +158,8 @@ tf_status tf__completion_map(tf_client *c, uint32_t slots, int fd);
 void tf__completion_unmap(tf_client *c);
 /* Takes a free slot for a pending transfer (reclaiming released ones that finished), or TF_ERR_BUSY. */
 tf_status tf__slot_acquire(tf_client *c, uint32_t *slot);
-/* Marks a slot PENDING: done before the Transfer naming it is sent. */
-void tf__slot_arm(tf_client *c, uint32_t slot);
+/* Marks a slot PENDING before the Transfer naming it (of `bytes`) is sent; sizes its wait's polling. */
+void tf__slot_arm(tf_client *c, uint32_t slot, size_t bytes);
 /* Returns a slot to IDLE and to the free set (after its wait, or after a refused Transfer). */
 void tf__slot_release(tf_client *c, uint32_t slot);
 /* Leaves a slot to the daemon's released transfer; it is reclaimed once the daemon marks it DONE. */

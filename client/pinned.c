@@ -172,7 +172,7 @@ tf_status tf__transfer_send(tf_client *c, uint32_t direction, const tf_pinned_bu
     req.body_case = TENFERRO__FRAME__BODY_TRANSFER;
     req.transfer = &body;
     /* PENDING before the request leaves: the daemon may finish before the Result is read. */
-    tf__slot_arm(c, slot);
+    tf__slot_arm(c, slot, bytes);
     tf_status st = tf__send(c, &req);
     if (st != TF_OK) {
         tf__slot_release(c, slot);

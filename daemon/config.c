@@ -75,6 +75,15 @@ static int set_int(tfd_options *opt, void *field, const char *value, char *err, 
     return 0;
 }
 
+/* busy_poll_us: microseconds up to one second, or "auto" (-1: chosen by the backend). */
+static int set_busy_poll(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    if (strcmp(value, "auto") == 0) {
+        *(int *)field = -1;
+        return 0;
+    }
+    return set_int(opt, field, value, err, len);
+}
+
 static int set_frame(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
     if (set_u64(opt, field, value, err, len) != 0) return -1;
     uint64_t v = *(uint64_t *)field;
@@ -288,6 +297,7 @@ static const setting settings[] = {
     {"daemon", "max_pinned_bytes", "max-pinned-bytes", AT(max_pinned_bytes), set_u64, 1, "pinned buffers of all clients (half the RAM; 0 = unlimited)"},
     {"daemon", "max_clients", "max-clients", AT(max_clients), set_int, 1, "connections served at once (256)"},
     {"daemon", "log_level", "log-level", AT(log_level), set_level, 1, "error, warn, info or debug"},
+    {"daemon", "busy_poll_us", "busy-poll-us", AT(busy_poll_us), set_busy_poll, 1, "us the loop and completion thread poll before sleeping (auto: 100 cuda, 0 cpu)"},
     {"admission", "policy", "reservation-policy", AT(policy), set_policy, 1, "reject or wait"},
     {"admission", "wait_deadline_ms", "wait-deadline-ms", AT(wait_deadline_ms), set_u64, 1, "queued opener deadline (10000)"},
     {"quota.client", "device_bytes", "client-device-bytes", AT(client_quota.device_bytes), set_u64, 1, "per client (0 = unlimited)"},
@@ -326,6 +336,7 @@ void tfd_options_defaults(tfd_options *opt) {
     opt->wait_deadline_ms = 10000;
     opt->max_clients = 256;
     opt->log_level = TFD_LOG_INFO;
+    opt->busy_poll_us = -1;
 }
 
 int tfd_config_set(tfd_options *opt, const char *section, const char *key, const char *value,

@@ -439,6 +439,14 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     if (c->closing) return;
     if (nread > 0) {
         c->rlen += (size_t)nread;
+        tfd_busy_poll_touch(&c->srv->busy_poll);
+        /*
+         * Transfers whose completion is published are finished first: bytes
+         * the client sent after it read DONE are in this read, so they find
+         * the buffer and the tensor free. Frames of one read all see the
+         * state of its start, wherever a copy has got to meanwhile.
+         */
+        tfd_conn_reap_transfers(c);
         parse_frames(c);
         return;
     }

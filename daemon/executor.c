@@ -46,7 +46,9 @@ struct tfd_executor {
     pthread_mutex_t event_lock; /* completion thread queue */
     pthread_cond_t event_wake;
     tfd_item *event_head, *event_tail;
+    atomic_uint events_queued; /* items in that queue, read without the lock while polling */
     int event_stopping;
+    tfd_busy_poll *busy_poll;
     pthread_t event_thread;
 
     void (*device_lost)(void *arg, const char *reason);
@@ -89,6 +91,7 @@ static void post_done(tfd_executor *ex, tfd_item *it) {
 /* Loop thread: runs the callbacks of every item completed since the last wake-up. */
 static void on_done_async(uv_async_t *h) {
     tfd_executor *ex = h->data;
+    if (ex->busy_poll) tfd_busy_poll_touch(ex->busy_poll);
     pthread_mutex_lock(&ex->done_lock);
     tfd_item *it = ex->done_head;
     ex->done_head = ex->done_tail = NULL;
@@ -109,6 +112,27 @@ static void on_done_async(uv_async_t *h) {
     }
 }
 
+void tfd_executor_set_busy_poll(tfd_executor *ex, tfd_busy_poll *bp) { ex->busy_poll = bp; }
+
+/*
+ * Completion thread, with ex->event_lock held: returns once an item is queued
+ * or the executor stops, polling while the busy-polling window is open and
+ * sleeping on the condition variable otherwise.
+ */
+static void await_event_locked(tfd_executor *ex) {
+    while (!ex->event_head && !ex->event_stopping) {
+        if (ex->busy_poll && tfd_busy_poll_active(ex->busy_poll)) {
+            pthread_mutex_unlock(&ex->event_lock);
+            while (!atomic_load_explicit(&ex->events_queued, memory_order_relaxed) &&
+                   tfd_busy_poll_active(ex->busy_poll))
+                tfd_cpu_relax();
+            pthread_mutex_lock(&ex->event_lock);
+            continue;
+        }
+        pthread_cond_wait(&ex->event_wake, &ex->event_lock);
+    }
+}
+
 void tfd_executor_on_device_lost(tfd_executor *ex, void (*fn)(void *arg, const char *reason),
                                  void *arg) {
     ex->device_lost = fn;
@@ -120,12 +144,13 @@ static void *event_thread_main(void *arg) {
     tfd_executor *ex = arg;
     for (;;) {
         pthread_mutex_lock(&ex->event_lock);
-        while (!ex->event_head && !ex->event_stopping) pthread_cond_wait(&ex->event_wake, &ex->event_lock);
+        await_event_locked(ex);
         tfd_item *it = ex->event_head;
         if (!it) {
             pthread_mutex_unlock(&ex->event_lock);
             return NULL;
         }
+        atomic_fetch_sub_explicit(&ex->events_queued, 1, memory_order_relaxed);
         ex->event_head = it->next;
         if (!ex->event_head) ex->event_tail = NULL;
         pthread_mutex_unlock(&ex->event_lock);
@@ -141,6 +166,7 @@ static void *event_thread_main(void *arg) {
             snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
             atomic_fetch_add(&ex->counters.execution_errors, 1);
         }
+        if (it->early) it->early(it);
         post_done(ex, it);
     }
 }
@@ -166,6 +192,7 @@ static void complete_item(tfd_stream *s, tfd_item *it) {
         snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
     }
     if (!event) {
+        if (it->early) it->early(it);
         post_done(ex, it);
         return;
     }
@@ -177,6 +204,7 @@ static void complete_item(tfd_stream *s, tfd_item *it) {
     else
         ex->event_head = it;
     ex->event_tail = it;
+    atomic_fetch_add_explicit(&ex->events_queued, 1, memory_order_relaxed);
     pthread_cond_signal(&ex->event_wake);
     pthread_mutex_unlock(&ex->event_lock);
 }
@@ -419,6 +447,26 @@ int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome) {
     pthread_mutex_unlock(&s->lock);
     if (probe) s->ex->be->vt->event_destroy(s->ex->be, probe);
     return idle;
+}
+
+int tfd_stream_execute_now(tfd_stream *s, tfd_item *item) {
+    if (!s->ex->be->vt->copies_enqueue_only ||
+        (item->type != TFD_ITEM_WRITE && item->type != TFD_ITEM_READ))
+        return 0;
+    /*
+     * Only the loop thread enqueues, and it is here: a stream no worker holds
+     * stays unheld until this returns. The lock orders this against the last
+     * worker's writes (its sticky failure) and the next one's reads.
+     */
+    pthread_mutex_lock(&s->lock);
+    int held = s->scheduled;
+    pthread_mutex_unlock(&s->lock);
+    if (held) return 0;
+    item->stream = s;
+    item->next = NULL;
+    execute_item(s, item);
+    atomic_fetch_add(&s->ex->counters.items_executed, 1);
+    return 1;
 }
 
 void tfd_stream_enqueue(tfd_stream *s, tfd_item *first, tfd_item *last, uint64_t count) {

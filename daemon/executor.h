@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "daemon/backend/backend.h"
+#include "daemon/busy-poll.h"
 
 typedef struct tfd_executor tfd_executor;
 typedef struct tfd_stream tfd_stream;
@@ -38,6 +39,14 @@ typedef enum tfd_item_type {
 
 /* Runs on the loop thread when a READ, MARKER or waited-for WRITE item has completed. */
 typedef void (*tfd_item_done_fn)(tfd_item *item);
+
+/*
+ * Runs on whichever executor thread learns an item's outcome (the completion
+ * thread, or the worker when the backend completes synchronously), before the
+ * item travels to the loop: it may publish that outcome to someone outside
+ * the daemon at once. It must not touch state the loop thread owns.
+ */
+typedef void (*tfd_item_early_fn)(tfd_item *item);
 
 /* What a completed item reports: OK, or the stream's first failure since the last report. */
 typedef struct tfd_item_outcome {
@@ -72,6 +81,7 @@ struct tfd_item {
      * skipped the copy (outcome TF_ERR_DISCONNECTED).
      */
     tfd_item_done_fn done;
+    tfd_item_early_fn early; /* optional; see tfd_item_early_fn */
     void *done_arg;
     uint64_t tag;        /* the waiting request's sequence number */
     tfd_item_outcome outcome;
@@ -97,6 +107,13 @@ tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_
  */
 void tfd_executor_on_device_lost(tfd_executor *ex, void (*fn)(void *arg, const char *reason),
                                  void *arg);
+
+/*
+ * Shares the loop's busy-polling window (busy-poll.h): completions count as
+ * activity, and inside the window the completion thread polls its queue
+ * instead of sleeping on it. Without one it always sleeps.
+ */
+void tfd_executor_set_busy_poll(tfd_executor *ex, tfd_busy_poll *bp);
 
 /* Stops the threads after they finish what is queued; streams must be destroyed first. */
 void tfd_executor_stop(tfd_executor *ex);
@@ -138,6 +155,15 @@ tfd_item *tfd_item_new(tfd_item_type type);
 
 /* Frees an item the loop no longer needs (after its callback, or one never enqueued). */
 void tfd_item_free(tfd_item *item);
+
+/*
+ * Loop thread: runs a WRITE or READ item whose host side is page-locked (a
+ * pinned buffer) at once instead of queueing it, when the backend's copies
+ * only enqueue device work (they never wait) and no worker holds the stream,
+ * so its order is kept. Returns 1 when the item was
+ * taken (it completes like a queued one), 0 when the caller must enqueue it.
+ */
+int tfd_stream_execute_now(tfd_stream *s, tfd_item *item);
 
 /* Appends a chain of items (linked through ->next, `count` of them) to the stream. */
 void tfd_stream_enqueue(tfd_stream *s, tfd_item *first, tfd_item *last, uint64_t count);

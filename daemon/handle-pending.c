@@ -10,36 +10,59 @@
  * batch.c, handle-free.c and handle-transfer.c refuse the tensor with
  * TF_ERR_BUSY, BufferFree and other transfers refuse the buffer.
  *
- * When the copy has completed, the item's callback runs on the loop thread:
- * it clears both marks, then publishes the outcome in the transfer's slot
- * (status, then state DONE, then a futex wake). A transfer the client released
- * (TransferRelease: nobody will wait for it) frees its buffer and tensor
- * first. A transfer whose connection has gone frees its buffer and lets the
- * connection finish closing; its slot is not written.
+ * When the copy has completed, the executor thread that saw it publishes the
+ * outcome in the transfer's slot at once (status, then state DONE, then a
+ * futex wake) and marks the record completed; the client's wait does not
+ * wait for the loop thread. The loop then finalizes the record: it clears
+ * the in-flight marks and counts the transfer, and a transfer the client
+ * released (TransferRelease: nobody will wait for it) frees its buffer and
+ * tensor. That happens before the loop handles the bytes of the connection's
+ * next read (tfd_conn_reap_transfers, from connection.c), so a request the
+ * client sends after it read DONE always finds the buffer and the tensor
+ * free; otherwise when the item's own callback reaches the loop. A transfer whose
+ * connection has gone frees its buffer and lets the connection finish
+ * closing.
  *
  * A release can reach the daemon after the copy completed (the client
  * released while the DONE was on its way). So a completed transfer's record
  * stays with its slot until the next Transfer on that slot replaces it: a
  * late TransferRelease still finds it and frees the buffer and the tensor.
  * The client reuses a slot only after it read DONE there, and a release is
- * sent before that, so the record a release finds is always its own.
+ * sent before that, so the record a release finds is always its own. A
+ * record also lives until its item's callback has run, even once replaced.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon/log.h"
 #include "daemon/server.h"
 
-/* A transfer in flight: what its completion needs. Owned by its item until then. */
+/*
+ * A transfer, from its acceptance until its slot is used again (or it is
+ * released) and its item has called back. Only `completed` and `status` are
+ * written off the loop thread, by the executor thread that saw the copy end.
+ */
 typedef struct tfd_transfer {
     tfd_conn *conn;
     uint64_t buffer, tensor;
     size_t bytes;
     uint32_t slot;
     int upload;
-    int detached; /* TransferRelease: free buffer and tensor once the copy completed */
-    int done;     /* completed and published; kept for a late TransferRelease */
+    int detached;   /* TransferRelease: free buffer and tensor once the copy completed */
+    int done;       /* finalized on the loop; kept for a late TransferRelease */
+    int item_alive; /* its item has not called back yet: the record must stay */
+    int dropped;    /* no slot refers to it any more: freed once the item has called back */
+    atomic_int completed; /* the outcome is in `status` and published in the slot */
+    tf_status status;
 } tfd_transfer;
+
+/* Forgets a record no slot refers to any more: now, or when its item calls back. */
+static void transfer_drop(tfd_transfer *tr) {
+    if (!tr) return;
+    tr->dropped = 1;
+    if (!tr->item_alive) free(tr);
+}
 
 /* A Transfer's fields, read out of the frame before it is freed. */
 typedef struct transfer_request {
@@ -125,14 +148,29 @@ static void free_released(tfd_conn *c, const tfd_transfer *tr) {
     }
 }
 
-/* Loop thread, once the copy completed (or was skipped): release the marks, publish the outcome. */
-static void on_transfer_done(tfd_item *it) {
+/*
+ * Executor thread that saw the copy end (or be skipped): publishes the
+ * outcome in the slot for the client and tells the loop there is a record to
+ * finalize. The page stays mapped until the connection is freed, which waits
+ * for this item's callback, so the write is safe even if the client has gone.
+ */
+static void on_transfer_early(tfd_item *it) {
     tfd_transfer *tr = it->done_arg;
     tfd_conn *c = tr->conn;
+    tr->status = it->outcome.status;
+    atomic_store_explicit(&tr->completed, 1, memory_order_release);
+    atomic_fetch_add_explicit(&c->transfers_unreaped, 1, memory_order_release);
+    tfd_completion_post(c->completion, tr->slot, tr->status);
+}
+
+/*
+ * Loop thread, once the copy completed: releases the marks, counts it, frees
+ * what a released transfer moved, and (publish) writes the slot when no
+ * executor thread did.
+ */
+static void finalize(tfd_conn *c, tfd_transfer *tr, tf_status st, int publish) {
     tfd_server *srv = c->srv;
-    tf_status st = it->outcome.status;
-    tfd_item_free(it);
-    c->transfers_in_flight--;
+    tr->done = 1;
     tfd_pinned *b = tfd_pinned_table_find(&c->buffers, tr->buffer);
     if (b) b->in_flight = 0;
     /* A closing connection's tensor table is already gone (its tensors were freed on the stream). */
@@ -150,19 +188,41 @@ static void on_transfer_done(tfd_item *it) {
     if (c->closing) {
         c->transfers[tr->slot] = NULL;
         tfd_conn_buffer_drop(c, tr->buffer);
-        free(tr);
-        tfd_conn_maybe_free(c);
+        transfer_drop(tr);
         return;
     }
+    /* Released or not, the slot reads DONE once the daemon has let go of it: the client may reuse it. */
+    if (publish) tfd_completion_post(c->completion, tr->slot, st);
     if (tr->detached) {
         c->transfers[tr->slot] = NULL;
         free_released(c, tr);
-    } else {
-        tr->done = 1;
+        transfer_drop(tr);
     }
-    /* Released or not, the slot reads DONE once the daemon has let go of it: the client may reuse it. */
-    tfd_completion_post(c->completion, tr->slot, st);
-    if (tr->detached) free(tr);
+}
+
+void tfd_conn_reap_transfers(tfd_conn *c) {
+    if (!atomic_load_explicit(&c->transfers_unreaped, memory_order_relaxed) ||
+        !atomic_exchange_explicit(&c->transfers_unreaped, 0, memory_order_acquire))
+        return;
+    for (uint32_t s = 0; s < TF__COMPLETION_SLOTS; s++) {
+        tfd_transfer *tr = c->transfers[s];
+        if (tr && !tr->done && atomic_load_explicit(&tr->completed, memory_order_acquire))
+            finalize(c, tr, tr->status, 0);
+    }
+}
+
+/* Loop thread, the item's callback: finalizes the record unless a reap did, then lets it go. */
+static void on_transfer_done(tfd_item *it) {
+    tfd_transfer *tr = it->done_arg;
+    tfd_conn *c = tr->conn;
+    tf_status st = it->outcome.status;
+    int published = it->early != NULL;
+    tfd_item_free(it);
+    c->transfers_in_flight--;
+    if (!tr->done) finalize(c, tr, st, !published);
+    tr->item_alive = 0;
+    if (tr->dropped) free(tr);
+    if (c->closing) tfd_conn_maybe_free(c);
 }
 
 void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame) {
@@ -198,9 +258,10 @@ void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame) {
     tr->bytes = (size_t)r.bytes;
     tr->slot = r.slot;
     tr->upload = upload;
+    tr->item_alive = 1;
     b->in_flight = 1;
     t->in_flight = 1;
-    free(c->transfers[r.slot]); /* the slot's previous, completed transfer */
+    transfer_drop(c->transfers[r.slot]); /* the slot's previous, completed transfer */
     c->transfers[r.slot] = tr;
     c->transfers_in_flight++;
     /* No owned frame: the host side is the buffer's mapping, which outlives the copy. */
@@ -208,10 +269,12 @@ void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame) {
     it->u.copy.host = (uint8_t *)b->map + r.offset;
     it->u.copy.bytes = (size_t)r.bytes;
     it->done = on_transfer_done;
+    it->early = on_transfer_early;
     it->done_arg = tr;
     it->tag = seq;
     c->srv->counters.transfers_accepted++;
-    tfd_stream_enqueue(c->stream, it, it, 1);
+    /* An idle stream starts the copy here, before the answer goes out; a busy one queues it. */
+    if (!tfd_stream_execute_now(c->stream, it)) tfd_stream_enqueue(c->stream, it, it, 1);
     tfd_conn_reply(c, seq, TF_OK, NULL);
 }
 
@@ -231,7 +294,7 @@ void tfd_handle_transfer_release(tfd_conn *c, Tenferro__Frame *frame) {
     /* The copy completed before the release arrived: free what it moved now. */
     c->transfers[slot] = NULL;
     free_released(c, tr);
-    free(tr);
+    transfer_drop(tr);
 }
 
 void tfd_conn_transfers_forget(tfd_conn *c) {

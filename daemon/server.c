@@ -109,6 +109,17 @@ static void on_device_lost(void *arg, const char *reason) {
 }
 
 /*
+ * Sets the busy-polling window from busy_poll_us; "auto" polls 100 us on a
+ * backend whose copies are asynchronous (a GPU: transfers then never wait for
+ * a wake-up) and not at all on the CPU backend, whose workers need the cores.
+ */
+static void apply_busy_poll(tfd_server *srv) {
+    int us = srv->opt.busy_poll_us;
+    if (us < 0) us = srv->backend.vt->copies_enqueue_only ? 100 : 0;
+    tfd_busy_poll_set(&srv->busy_poll, (uint64_t)us);
+}
+
+/*
  * SIGHUP: builds the configuration again from the file and the flags. A bad
  * file changes nothing; a good one takes effect for what can change while
  * running (admission, quotas, access, priorities, limits, log level), and
@@ -143,6 +154,8 @@ void tfd_server_reload(tfd_server *srv) {
     memcpy(cur->priorities, next.priorities, sizeof cur->priorities);
     cur->n_priorities = next.n_priorities;
     tfd_log_set_level((tfd_log_level)cur->log_level);
+    cur->busy_poll_us = next.busy_poll_us;
+    apply_busy_poll(srv);
     tfd_log(TFD_LOG_INFO, "configuration reloaded from %s",
             srv->startup.config_path[0] ? srv->startup.config_path : "the command line");
     tfd_notify_reloaded();
@@ -230,6 +243,8 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
         return 1;
     }
     tfd_executor_on_device_lost(srv->ex, on_device_lost, srv);
+    apply_busy_poll(srv);
+    tfd_executor_set_busy_poll(srv->ex, &srv->busy_poll);
 
     ensure_parent_dir(srv->opt.socket_path);
     if (clear_stale_socket(srv->opt.socket_path) != 0) return 1;
@@ -263,7 +278,7 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
             workers == 1 ? "" : "s", srv->opt.policy == TFD_POLICY_WAIT ? "wait" : "reject");
     tfd_notify_ready(srv->backend.description, srv->opt.socket_path);
 
-    uv_run(srv->loop, UV_RUN_DEFAULT);
+    tfd_loop_run(srv->loop, &srv->busy_poll);
 
     srv->backend.vt->close(&srv->backend);
     uv_loop_close(srv->loop);

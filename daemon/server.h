@@ -60,6 +60,7 @@ typedef struct tfd_options {
     uint64_t wait_deadline_ms; /* how long a queued opener waits under the wait policy */
     int max_clients;
     int log_level;
+    int busy_poll_us;         /* polling after activity before sleeping; -1 = by backend */
     tfd_quota client_quota;   /* per connection */
     tfd_quota uid_quota;      /* summed over the connections of one uid */
     tfd_principal allowed[TFD_MAX_IDS]; /* who may connect; none listed = everyone */
@@ -153,6 +154,7 @@ typedef struct tfd_server {
     int exit_code;          /* what tfd_server_run returns: 0 after a clean stop */
     char device_error[512]; /* why the device was declared lost, "" while healthy */
     uv_timer_t watchdog;    /* bounds a shutdown after the device was lost */
+    tfd_busy_poll busy_poll; /* the loop's and completion thread's polling window */
 } tfd_server;
 
 /* A request waiting for the execution domain (policy `wait`); freed when its timer closes. */
@@ -194,7 +196,8 @@ struct tfd_conn {
     tfd_pinned_table buffers;
     /* Each slot's transfer: in flight, or completed and kept until the slot is used again. */
     struct tfd_transfer *transfers[TF__COMPLETION_SLOTS];
-    uint32_t transfers_in_flight;
+    uint32_t transfers_in_flight;      /* items of transfers that have not called back */
+    atomic_uint transfers_unreaped;    /* completions published since the last reap */
 
     /* Replies held back behind one that carries a file descriptor (connection.c). */
     struct tfd_held_frame *held_head, *held_tail;
@@ -262,6 +265,12 @@ void tfd_conn_buffer_drop(tfd_conn *c, uint64_t id);
  * uses; at the final free (all = 1) every buffer and the completion page.
  */
 void tfd_conn_buffers_release(tfd_conn *c, int all);
+/*
+ * Finalizes on the loop every transfer whose completion an executor thread
+ * already published, so the next frame finds its buffer and tensor free.
+ */
+void tfd_conn_reap_transfers(tfd_conn *c);
+
 /* Frees the records of completed transfers kept for a late release (handle-pending.c). */
 void tfd_conn_transfers_forget(tfd_conn *c);
 

@@ -47,6 +47,14 @@ typedef struct tfd_backend tfd_backend;
 typedef struct tfd_backend_vtable {
     const char *name; /* "cpu", "cuda" */
 
+    /*
+     * 1 when copy_to_device and copy_to_host from and into page-locked host
+     * memory only enqueue the copy on the stream and never wait (CUDA): the
+     * loop thread may then start a pending transfer itself. 0 when a copy
+     * runs to its end in the call (CPU), so only workers may run one.
+     */
+    int copies_enqueue_only;
+
     /* Opens device `ordinal`; fills be->description. */
     tf_status (*open)(tfd_backend *be, int ordinal, char *msg, size_t msg_len);
     void (*close)(tfd_backend *be);

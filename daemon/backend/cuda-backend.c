@@ -952,6 +952,7 @@ static void cuda_host_unregister(tfd_backend *be, void *ptr) {
 
 const tfd_backend_vtable tfd_cuda_backend = {
     .name = "cuda",
+    .copies_enqueue_only = 1,
     .open = cuda_open,
     .close = cuda_close,
     .stream_create = cuda_stream_create,

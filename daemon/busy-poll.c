@@ -1,0 +1,40 @@
+/* Busy polling (see busy-poll.h). */
+#include <time.h>
+
+#include "daemon/busy-poll.h"
+
+uint64_t tfd_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void tfd_busy_poll_set(tfd_busy_poll *bp, uint64_t window_us) {
+    atomic_store_explicit(&bp->window_ns, window_us * 1000u, memory_order_relaxed);
+}
+
+void tfd_busy_poll_touch(tfd_busy_poll *bp) {
+    if (atomic_load_explicit(&bp->window_ns, memory_order_relaxed))
+        atomic_store_explicit(&bp->last_ns, tfd_now_ns(), memory_order_relaxed);
+}
+
+int tfd_busy_poll_active(tfd_busy_poll *bp) {
+    uint64_t window = atomic_load_explicit(&bp->window_ns, memory_order_relaxed);
+    return window && tfd_now_ns() - atomic_load_explicit(&bp->last_ns, memory_order_relaxed) < window;
+}
+
+void tfd_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+void tfd_loop_run(uv_loop_t *loop, tfd_busy_poll *bp) {
+    for (;;) {
+        /* UV_RUN_NOWAIT polls with a zero timeout; UV_RUN_ONCE sleeps until something happens. */
+        int more = uv_run(loop, tfd_busy_poll_active(bp) ? UV_RUN_NOWAIT : UV_RUN_ONCE);
+        if (!more) return;
+    }
+}
