@@ -58,7 +58,7 @@ PROTO_H := $(BUILD)/gen/proto/tenferro.pb-c.h
 
 COMMON_SRC := $(wildcard common/*.c)
 CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/view-ops.c \
-                  client/completion.c client/pinned.c client/staging.c
+                  client/completion.c client/mailbox.c client/pinned.c client/staging.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 BACKEND_SRC := $(wildcard daemon/backend/*.c)
 CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)
@@ -213,6 +213,8 @@ test-unit: $(UNIT_TESTS)
 test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS)
 	@for t in $(INTEGRATION_TESTS); do echo "== $$t"; \
 	  TENFERRO_DAEMON=$(BUILD)/tenferrod $$t || exit 1; done
+	@echo "== $(BUILD)/tests/test-transfers, the daemon polling (transfers through the mailbox)"
+	@TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=2000 $(BUILD)/tests/test-transfers
 
 # Bounded load test (tests/load/load.c); `make load` runs the long one.
 test-load: $(BUILD)/tenferrod $(BUILD)/tests/load

@@ -32,25 +32,35 @@
 #define WAIT_SPIN_BYTES_PER_US 4000u /* 4 GB/s */
 #define WAIT_SPIN_MAX_US 4000u
 
-tf_status tf__completion_map(tf_client *c, uint32_t slots, int fd) {
+tf_status tf__completion_map(tf_client *c, uint32_t slots, uint32_t mailbox_offset, int fd) {
     struct stat sb;
     void *page = MAP_FAILED;
     if (slots > TF__COMPLETION_SLOTS) slots = TF__COMPLETION_SLOTS;
     /* A page shorter than promised would fault (SIGBUS) on its last slots: refuse it. */
-    if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size >= TF__COMPLETION_PAGE_BYTES)
-        page = mmap(NULL, TF__COMPLETION_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    size_t bytes = TF__COMPLETION_PAGE_BYTES;
+    if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size >= bytes) {
+        /* The mailbox is used only where this library knows its place and the page holds it. */
+        if (mailbox_offset == TF__MAILBOX_OFFSET && (uint64_t)sb.st_size >= TF__COMPLETION_MAP_BYTES)
+            bytes = TF__COMPLETION_MAP_BYTES;
+        page = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    }
     close(fd);
     if (page == MAP_FAILED || slots < 2)
         return tf__fail(c, TF_ERR_UNSUPPORTED, "the daemon's completion page is unusable");
     c->completion = page;
+    c->completion_bytes = bytes;
+    c->mailbox = bytes == TF__COMPLETION_MAP_BYTES
+                     ? (tf__mailbox *)((uint8_t *)page + TF__MAILBOX_OFFSET)
+                     : NULL;
     c->n_slots = slots;
     c->slot_used[TF__STAGING_SLOT / 64] |= (uint64_t)1 << (TF__STAGING_SLOT % 64);
     return TF_OK;
 }
 
 void tf__completion_unmap(tf_client *c) {
-    if (c->completion) munmap(c->completion, TF__COMPLETION_PAGE_BYTES);
+    if (c->completion) munmap(c->completion, c->completion_bytes);
     c->completion = NULL;
+    c->mailbox = NULL;
     c->n_slots = 0;
 }
 
@@ -133,36 +143,45 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Polls the slot for up to spin_us microseconds; returns 1 once it is no longer PENDING. */
-static int spin_until_done(uint32_t *word, uint32_t spin_us) {
+/* Polls *word for up to spin_us microseconds; returns 1 once it no longer holds `value`. */
+static int spin_while(uint32_t *word, uint32_t value, uint32_t spin_us) {
     const uint64_t start = now_ns(), limit = (uint64_t)spin_us * 1000u;
     for (unsigned i = 1;; i++) {
-        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != TF__SLOT_PENDING) return 1;
+        if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value) return 1;
         cpu_relax();
         if ((i & 63) == 0 && now_ns() - start > limit) return 0;
     }
 }
 
-tf_status tf__slot_wait(tf_client *c, uint32_t slot, tf_status *transfer_status) {
-    uint32_t *word = state_word(c, slot);
-    spin_until_done(word, c->slot_spin_us[slot]);
-    for (;;) {
-        uint32_t state = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-        if (state == TF__SLOT_DONE) break;
-        if (state != TF__SLOT_PENDING) {
-            c->broken = 1;
-            return tf__fail(c, TF_ERR_DISCONNECTED,
-                            "connection to tenferrod lost: completion slot %u holds state %u",
-                            slot, state);
+tf_status tf__await_change(tf_client *c, uint32_t *word, uint32_t value, uint32_t spin_us,
+                           uint32_t *sleeping) {
+    if (spin_while(word, value, spin_us)) return TF_OK;
+    tf_status st = TF_OK;
+    if (sleeping) __atomic_store_n(sleeping, 1u, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(word, __ATOMIC_SEQ_CST) == value) {
+        if (c->broken) {
+            st = tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+            break;
         }
-        if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
         /* A shared (not FUTEX_PRIVATE) wait: the daemon's wake comes from another process. */
         struct timespec step = {0, WAIT_STEP_NS};
-        long r = syscall(SYS_futex, word, FUTEX_WAIT, TF__SLOT_PENDING, &step, NULL, 0);
-        if (r != 0 && errno == ETIMEDOUT) {
-            tf_status st = tf__check_connection(c);
-            if (st != TF_OK) return st;
-        }
+        long r = syscall(SYS_futex, word, FUTEX_WAIT, value, &step, NULL, 0);
+        if (r != 0 && errno == ETIMEDOUT && (st = tf__check_connection(c)) != TF_OK) break;
+    }
+    if (sleeping) __atomic_store_n(sleeping, 0u, __ATOMIC_RELAXED);
+    return st;
+}
+
+tf_status tf__slot_wait(tf_client *c, uint32_t slot, tf_status *transfer_status) {
+    uint32_t *word = state_word(c, slot);
+    tf_status st = tf__await_change(c, word, TF__SLOT_PENDING, c->slot_spin_us[slot], NULL);
+    if (st != TF_OK) return st;
+    uint32_t state = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    if (state != TF__SLOT_DONE) {
+        c->broken = 1;
+        return tf__fail(c, TF_ERR_DISCONNECTED,
+                        "connection to tenferrod lost: completion slot %u holds state %u", slot,
+                        state);
     }
     *transfer_status = (tf_status)__atomic_load_n(&c->completion[slot].status, __ATOMIC_RELAXED);
     return TF_OK;

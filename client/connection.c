@@ -340,11 +340,11 @@ static tf_status handshake(tf_client *c) {
     snprintf(c->device, sizeof c->device, "%s", hr->device ? hr->device : "");
     c->client_id = hr->client_id;
     if (hr->max_frame_bytes >= TF__MIN_MAX_FRAME_BYTES) c->max_frame_bytes = hr->max_frame_bytes;
-    uint32_t slots = hr->completion_slots;
+    uint32_t slots = hr->completion_slots, mailbox_offset = hr->mailbox_offset;
     tf__frame_free(reply);
     /* Without a completion page the client works, but pending transfers are TF_ERR_UNSUPPORTED. */
     int fd = slots > 0 ? tf__take_fd(c) : -1;
-    if (fd >= 0) tf__completion_map(c, slots, fd);
+    if (fd >= 0) tf__completion_map(c, slots, mailbox_offset, fd);
     return tf__ok(c);
 }
 

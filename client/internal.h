@@ -111,6 +111,8 @@ struct tf_client {
     uint64_t frame_start; /* stream offset of the frame read last */
 
     tf__completion_slot *completion; /* the mapped completion page; NULL: no pending transfers */
+    size_t completion_bytes;         /* length of that mapping */
+    tf__mailbox *mailbox;            /* its submission mailbox; NULL when none is offered */
     uint32_t n_slots;
     uint64_t slot_used[TF__COMPLETION_SLOTS / 64];     /* slots armed, waited for or detached */
     uint64_t slot_detached[TF__COMPLETION_SLOTS / 64]; /* released: reclaimed once DONE */
@@ -153,7 +155,7 @@ tf_status tf__check_connection(tf_client *c);
 /* ---- the completion page (completion.c) ---- */
 
 /* Maps the completion page the daemon sent with HelloReply (consumes fd); TF_OK or why not. */
-tf_status tf__completion_map(tf_client *c, uint32_t slots, int fd);
+tf_status tf__completion_map(tf_client *c, uint32_t slots, uint32_t mailbox_offset, int fd);
 /* Unmaps the completion page. */
 void tf__completion_unmap(tf_client *c);
 /* Takes a free slot for a pending transfer (reclaiming released ones that finished), or TF_ERR_BUSY. */
@@ -170,6 +172,14 @@ void tf__slot_detach(tf_client *c, uint32_t slot);
  * daemon goes away meanwhile.
  */
 tf_status tf__slot_wait(tf_client *c, uint32_t slot, tf_status *transfer_status);
+/*
+ * Waits while the shared word holds `value`: polls for spin_us, then sleeps
+ * on its futex in bounded steps, checking the connection between them
+ * (TF_ERR_DISCONNECTED when the daemon has gone). *sleeping, when given, is 1
+ * while it sleeps, so the other side knows to wake it.
+ */
+tf_status tf__await_change(tf_client *c, uint32_t *word, uint32_t value, uint32_t spin_us,
+                           uint32_t *sleeping);
 
 /* ---- pinned buffers and transfers (pinned.c) ---- */
 
@@ -177,11 +187,26 @@ tf_status tf__slot_wait(tf_client *c, uint32_t slot, tf_status *transfer_status)
 tf_status tf__buffer_create(tf_client *c, size_t bytes, tf_pinned_buffer **out);
 /* Frees a buffer on the daemon, then unmaps it here; TF_ERR_BUSY keeps it. */
 tf_status tf__buffer_free(tf_pinned_buffer *b);
-/* Sends a Transfer between buffer b (from offset 0) and tensor t of `bytes` bytes, arming `slot`. */
+/*
+ * Asks for a transfer between buffer b (from offset 0) and tensor t of
+ * `bytes` bytes, arming `slot`: through the submission mailbox while the
+ * daemon polls it (*ticket = 0), else as a Transfer frame (*ticket = its
+ * sequence number).
+ */
 tf_status tf__transfer_send(tf_client *c, uint32_t direction, const tf_pinned_buffer *b,
-                            tf_tensor t, size_t bytes, uint32_t slot, uint64_t *seq);
-/* Reads the answer to a Transfer; a refusal releases its slot (except the staging slot, disarmed). */
-tf_status tf__transfer_result(tf_client *c, uint64_t seq, uint32_t slot);
+                            tf_tensor t, size_t bytes, uint32_t slot, uint64_t *ticket);
+/* Reads the answer to that request; a refusal releases its slot (except the staging slot, disarmed). */
+tf_status tf__transfer_result(tf_client *c, uint64_t ticket, uint32_t slot);
+
+/* ---- the submission mailbox (mailbox.c) ---- */
+
+/* 1 when the daemon polls the mailbox and it is free: a request there spares a socket hop. */
+int tf__mailbox_usable(const tf_client *c);
+/* Writes a transfer request into the mailbox, ringing the doorbell if the daemon stopped polling. */
+tf_status tf__mailbox_submit(tf_client *c, uint32_t direction, uint64_t buffer, tf_tensor t,
+                             size_t bytes, uint32_t slot);
+/* Waits for the daemon's answer to the mailbox's request: TF_OK, or its refusal with the reason. */
+tf_status tf__mailbox_answer(tf_client *c);
 /*
  * Waits for the transfer in `slot` and frees the slot; returns the transfer's
  * status with a message naming its direction and tensor.

@@ -160,7 +160,18 @@ tf_status tf_pinned_buffer_free(tf_pinned_buffer *b) {
 /* ---- transfers ---- */
 
 tf_status tf__transfer_send(tf_client *c, uint32_t direction, const tf_pinned_buffer *b,
-                            tf_tensor t, size_t bytes, uint32_t slot, uint64_t *seq) {
+                            tf_tensor t, size_t bytes, uint32_t slot, uint64_t *ticket) {
+    if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+    if (tf__mailbox_usable(c)) {
+        tf__slot_arm(c, slot, bytes);
+        tf_status st = tf__mailbox_submit(c, direction, b->id, t, bytes, slot);
+        if (st != TF_OK) {
+            tf__slot_release(c, slot);
+            return st;
+        }
+        *ticket = 0;
+        return TF_OK;
+    }
     Tenferro__Frame req = TENFERRO__FRAME__INIT;
     Tenferro__Transfer body = TENFERRO__TRANSFER__INIT;
     body.direction = direction;
@@ -178,12 +189,12 @@ tf_status tf__transfer_send(tf_client *c, uint32_t direction, const tf_pinned_bu
         tf__slot_release(c, slot);
         return st;
     }
-    *seq = req.seq;
+    *ticket = req.seq;
     return TF_OK;
 }
 
-tf_status tf__transfer_result(tf_client *c, uint64_t seq, uint32_t slot) {
-    tf_status st = tf__recv_result(c, seq, "Transfer");
+tf_status tf__transfer_result(tf_client *c, uint64_t ticket, uint32_t slot) {
+    tf_status st = ticket ? tf__recv_result(c, ticket, "Transfer") : tf__mailbox_answer(c);
     if (st != TF_OK) tf__slot_release(c, slot);
     return st;
 }

@@ -31,10 +31,23 @@ void tfd_cpu_relax(void) {
 #endif
 }
 
-void tfd_loop_run(uv_loop_t *loop, tfd_busy_poll *bp) {
+void tfd_loop_run(uv_loop_t *loop, tfd_busy_poll *bp, const tfd_loop_poller *poller) {
     for (;;) {
-        /* UV_RUN_NOWAIT polls with a zero timeout; UV_RUN_ONCE sleeps until something happens. */
-        int more = uv_run(loop, tfd_busy_poll_active(bp) ? UV_RUN_NOWAIT : UV_RUN_ONCE);
+        int more;
+        if (tfd_busy_poll_active(bp)) {
+            poller->polling(poller->arg, 1);
+            /* UV_RUN_NOWAIT polls the descriptors with a zero timeout. */
+            more = uv_run(loop, UV_RUN_NOWAIT);
+            if (poller->poll(poller->arg)) tfd_busy_poll_touch(bp);
+        } else {
+            poller->polling(poller->arg, 0);
+            if (poller->poll(poller->arg)) {
+                tfd_busy_poll_touch(bp);
+                continue;
+            }
+            /* UV_RUN_ONCE sleeps until something happens. */
+            more = uv_run(loop, UV_RUN_ONCE);
+        }
         if (!more) return;
     }
 }

@@ -34,9 +34,23 @@ int tfd_busy_poll_active(tfd_busy_poll *bp);
 void tfd_cpu_relax(void);
 
 /*
- * Runs the loop until it has nothing left to do: inside the window it polls
- * for events without blocking, outside it blocks until the next one.
+ * What the loop polls besides its file descriptors (shared-memory mailboxes).
+ * poll serves what is waiting and returns how much it served; polling tells
+ * the other side whether the loop is polling (1) or about to sleep (0), when
+ * it must wake the loop through a descriptor instead.
  */
-void tfd_loop_run(uv_loop_t *loop, tfd_busy_poll *bp);
+typedef struct tfd_loop_poller {
+    int (*poll)(void *arg);
+    void (*polling)(void *arg, int on);
+    void *arg;
+} tfd_loop_poller;
+
+/*
+ * Runs the loop until it has nothing left to do: inside the window it polls
+ * for events and the poller without blocking; outside it says so to the
+ * poller, polls it once more (what arrived meanwhile is served, not slept
+ * on), then blocks until the next event.
+ */
+void tfd_loop_run(uv_loop_t *loop, tfd_busy_poll *bp, const tfd_loop_poller *poller);
 
 #endif

@@ -428,6 +428,7 @@ static void parse_frames(tfd_conn *c) {
             return;
         }
         c->srv->counters.frames_received++;
+        if (frame->seq > c->dispatched_seq) c->dispatched_seq = frame->seq;
         tfd_dispatch(c, frame);
     }
     if (c->rlen == 0) c->rstart = 0;
@@ -448,6 +449,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
          */
         tfd_conn_reap_transfers(c);
         parse_frames(c);
+        /* A mailbox request may have waited for the frames just handled. */
+        if (!c->closing) tfd_conn_poll_mailbox(c);
         return;
     }
     if (nread == 0) return;

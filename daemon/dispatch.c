@@ -52,6 +52,9 @@ void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
     case TENFERRO__FRAME__BODY_TRANSFER_RELEASE:
         tfd_handle_transfer_release(c, frame);
         return;
+    case TENFERRO__FRAME__BODY_MAILBOX_DOORBELL:
+        tfd_handle_mailbox_doorbell(c, frame);
+        return;
     case TENFERRO__FRAME__BODY_HELLO_REPLY:
     case TENFERRO__FRAME__BODY_RESULT:
     case TENFERRO__FRAME__BODY_DOWNLOAD_REPLY:

@@ -82,6 +82,8 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         tfd_conn_close(c);
         return;
     }
+    c->mailbox = (tf__mailbox *)((uint8_t *)c->completion + TF__MAILBOX_OFFSET);
+    __atomic_store_n(&c->mailbox->daemon_polling, (uint32_t)srv->mailboxes_polled, __ATOMIC_SEQ_CST);
     c->hello_done = 1;
     tfd_log(TFD_LOG_INFO, "client %llu connected: pid %d uid %u name %s priority %d",
             (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid, c->name, c->priority);
@@ -94,6 +96,7 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
     reply.client_id = c->client_id;
     reply.daemon_version = TFD_VERSION_STRING;
     reply.completion_slots = (uint32_t)TF__COMPLETION_SLOTS;
+    reply.mailbox_offset = TF__MAILBOX_OFFSET;
     out.seq = seq;
     out.body_case = TENFERRO__FRAME__BODY_HELLO_REPLY;
     out.hello_reply = &reply;

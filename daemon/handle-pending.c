@@ -64,19 +64,12 @@ static void transfer_drop(tfd_transfer *tr) {
     if (!tr->item_alive) free(tr);
 }
 
-/* A Transfer's fields, read out of the frame before it is freed. */
-typedef struct transfer_request {
-    uint32_t direction;
-    uint64_t buffer, tensor, offset, bytes;
-    uint32_t slot;
-} transfer_request;
-
 /*
  * Checks a Transfer in the documented order; the first failed check is the
  * answer and nothing changes. On success *bp and *tp are the buffer and the
  * tensor (valid until the tables change).
  */
-static tf_status check_transfer(tfd_conn *c, const transfer_request *r, tfd_pinned **bp,
+static tf_status check_transfer(tfd_conn *c, const tfd_transfer_request *r, tfd_pinned **bp,
                                 tfd_tensor **tp, char *msg, size_t len) {
     if (r->direction != TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD &&
         r->direction != TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD) {
@@ -225,16 +218,12 @@ static void on_transfer_done(tfd_item *it) {
     if (c->closing) tfd_conn_maybe_free(c);
 }
 
-void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame) {
-    const Tenferro__Transfer *m = frame->transfer;
-    transfer_request r = {m->direction, m->buffer, m->tensor, m->offset, m->bytes, m->slot};
-    uint64_t seq = frame->seq;
-    tf__frame_free(frame);
-    char msg[256];
+tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_t tag, char *msg,
+                             size_t msg_len) {
     tfd_pinned *b = NULL;
     tfd_tensor *t = NULL;
-    tf_status st = check_transfer(c, &r, &b, &t, msg, sizeof msg);
-    int upload = r.direction == TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD;
+    tf_status st = check_transfer(c, r, &b, &t, msg, msg_len);
+    int upload = r->direction == TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD;
     tfd_transfer *tr = NULL;
     tfd_item *it = NULL;
     if (st == TF_OK) {
@@ -243,39 +232,51 @@ void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame) {
         if (!tr || !it) {
             free(tr);
             tfd_item_free(it);
-            snprintf(msg, sizeof msg, "out of host memory");
+            snprintf(msg, msg_len, "out of host memory");
             st = TF_ERR_NO_MEMORY;
         }
     }
     if (st != TF_OK) {
         c->srv->counters.transfers_refused++;
-        tfd_conn_reply(c, seq, st, "%s", msg);
-        return;
+        return st;
     }
     tr->conn = c;
-    tr->buffer = r.buffer;
-    tr->tensor = r.tensor;
-    tr->bytes = (size_t)r.bytes;
-    tr->slot = r.slot;
+    tr->buffer = r->buffer;
+    tr->tensor = r->tensor;
+    tr->bytes = (size_t)r->bytes;
+    tr->slot = r->slot;
     tr->upload = upload;
     tr->item_alive = 1;
     b->in_flight = 1;
     t->in_flight = 1;
-    transfer_drop(c->transfers[r.slot]); /* the slot's previous, completed transfer */
-    c->transfers[r.slot] = tr;
+    transfer_drop(c->transfers[r->slot]); /* the slot's previous, completed transfer */
+    c->transfers[r->slot] = tr;
     c->transfers_in_flight++;
     /* No owned frame: the host side is the buffer's mapping, which outlives the copy. */
     it->u.copy.device = t->data;
-    it->u.copy.host = (uint8_t *)b->map + r.offset;
-    it->u.copy.bytes = (size_t)r.bytes;
+    it->u.copy.host = (uint8_t *)b->map + r->offset;
+    it->u.copy.bytes = (size_t)r->bytes;
     it->done = on_transfer_done;
     it->early = on_transfer_early;
     it->done_arg = tr;
-    it->tag = seq;
+    it->tag = tag;
     c->srv->counters.transfers_accepted++;
     /* An idle stream starts the copy here, before the answer goes out; a busy one queues it. */
     if (!tfd_stream_execute_now(c->stream, it)) tfd_stream_enqueue(c->stream, it, it, 1);
-    tfd_conn_reply(c, seq, TF_OK, NULL);
+    return TF_OK;
+}
+
+void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame) {
+    const Tenferro__Transfer *m = frame->transfer;
+    tfd_transfer_request r = {m->direction, m->buffer, m->tensor, m->offset, m->bytes, m->slot};
+    uint64_t seq = frame->seq;
+    tf__frame_free(frame);
+    char msg[256];
+    tf_status st = tfd_transfer_start(c, &r, seq, msg, sizeof msg);
+    if (st == TF_OK)
+        tfd_conn_reply(c, seq, TF_OK, NULL);
+    else
+        tfd_conn_reply(c, seq, st, "%s", msg);
 }
 
 void tfd_handle_transfer_release(tfd_conn *c, Tenferro__Frame *frame) {

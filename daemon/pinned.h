@@ -72,7 +72,10 @@ int tfd_pinned_table_remove(tfd_pinned_table *t, uint64_t id, tfd_pinned *remove
 void tfd_pinned_table_release(tfd_pinned_table *t, tfd_backend *be, int keep_in_flight,
                               uint64_t *n, uint64_t *bytes);
 
-/* Creates a client's completion page: TF__COMPLETION_PAGE_BYTES of sealed, zeroed memfd. */
+/*
+ * Creates a client's completion page: TF__COMPLETION_MAP_BYTES of sealed,
+ * zeroed memfd, the slots followed by the submission mailbox.
+ */
 tf_status tfd_completion_page_create(tf__completion_slot **page, int *fd, char *msg,
                                      size_t msg_len);
 void tfd_completion_page_destroy(tf__completion_slot *page);

@@ -108,6 +108,10 @@ static void on_device_lost(void *arg, const char *reason) {
     tfd_server_begin_shutdown(srv);
 }
 
+/* The loop's poller (busy-poll.h): the clients' submission mailboxes. */
+static int poll_mailboxes(void *arg) { return tfd_server_poll_mailboxes(arg); }
+static void mailboxes_polled(void *arg, int on) { tfd_server_mailboxes_polled(arg, on); }
+
 /*
  * Sets the busy-polling window from busy_poll_us; "auto" polls 100 us on a
  * backend whose copies are asynchronous (a GPU: transfers then never wait for
@@ -278,7 +282,8 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
             workers == 1 ? "" : "s", srv->opt.policy == TFD_POLICY_WAIT ? "wait" : "reject");
     tfd_notify_ready(srv->backend.description, srv->opt.socket_path);
 
-    tfd_loop_run(srv->loop, &srv->busy_poll);
+    const tfd_loop_poller mailboxes = {poll_mailboxes, mailboxes_polled, srv};
+    tfd_loop_run(srv->loop, &srv->busy_poll, &mailboxes);
 
     srv->backend.vt->close(&srv->backend);
     uv_loop_close(srv->loop);

@@ -104,7 +104,8 @@ typedef struct tfd_options {
     X(transfers_refused)      \
     X(transfers_completed)    \
     X(transfers_failed)       \
-    X(transfers_detached)
+    X(transfers_detached)     \
+    X(mailbox_requests)
 
 typedef struct tfd_counters {
 #define TFD_COUNTER_FIELD_(name) uint64_t name;
@@ -155,6 +156,7 @@ typedef struct tfd_server {
     char device_error[512]; /* why the device was declared lost, "" while healthy */
     uv_timer_t watchdog;    /* bounds a shutdown after the device was lost */
     tfd_busy_poll busy_poll; /* the loop's and completion thread's polling window */
+    int mailboxes_polled;    /* the loop polls submission mailboxes now (mailbox.c) */
 } tfd_server;
 
 /* A request waiting for the execution domain (policy `wait`); freed when its timer closes. */
@@ -193,6 +195,8 @@ struct tfd_conn {
 
     /* Pinned buffers and pending transfers (handle-buffer.c, handle-pending.c). */
     tf__completion_slot *completion; /* the daemon's mapping of the client's completion page */
+    tf__mailbox *mailbox;            /* the submission mailbox in that mapping */
+    uint64_t dispatched_seq;         /* highest sequence number of a frame handled so far */
     tfd_pinned_table buffers;
     /* Each slot's transfer: in flight, or completed and kept until the slot is used again. */
     struct tfd_transfer *transfers[TF__COMPLETION_SLOTS];
@@ -265,6 +269,33 @@ void tfd_conn_buffer_drop(tfd_conn *c, uint64_t id);
  * uses; at the final free (all = 1) every buffer and the completion page.
  */
 void tfd_conn_buffers_release(tfd_conn *c, int all);
+/* A pending transfer's request, from a Transfer frame or the submission mailbox. */
+typedef struct tfd_transfer_request {
+    uint32_t direction;
+    uint64_t buffer, tensor, offset, bytes;
+    uint32_t slot;
+} tfd_transfer_request;
+
+/*
+ * Checks a pending transfer in the documented order and starts it; on a
+ * refusal nothing changes and msg says why. tag names the request in logs.
+ */
+tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_t tag, char *msg,
+                             size_t msg_len);
+
+/*
+ * Submission mailboxes (mailbox.c): a request a client wrote into its
+ * mailbox is started once every frame it sent before has been handled, and
+ * answered in the mailbox. tfd_conn_poll_mailbox serves one connection;
+ * tfd_server_poll_mailboxes serves them all and returns how many it served.
+ * tfd_server_mailboxes_polled tells clients whether the loop is polling
+ * (1) or about to sleep (0), when they must ring the doorbell.
+ */
+void tfd_conn_poll_mailbox(tfd_conn *c);
+void tfd_handle_mailbox_doorbell(tfd_conn *c, Tenferro__Frame *frame);
+int tfd_server_poll_mailboxes(tfd_server *srv);
+void tfd_server_mailboxes_polled(tfd_server *srv, int polling);
+
 /*
  * Finalizes on the loop every transfer whose completion an executor thread
  * already published, so the next frame finds its buffer and tensor free.

@@ -46,6 +46,12 @@ int th_daemon_start(th_daemon *d, ...) {
     argv[n++] = th_device();
     argv[n++] = "--log-level";
     argv[n++] = "debug";
+    /* A whole suite can run with the loop polling (the submission-mailbox route of transfers). */
+    const char *busy_poll = getenv("TENFERRO_TEST_BUSY_POLL_US");
+    if (busy_poll && busy_poll[0]) {
+        argv[n++] = "--busy-poll-us";
+        argv[n++] = busy_poll;
+    }
     va_list ap;
     va_start(ap, d);
     const char *extra;

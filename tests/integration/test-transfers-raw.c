@@ -51,6 +51,7 @@ static uint64_t g_seq = 100;
 typedef struct raw_client {
     int fd;
     tf__completion_slot *page;
+    tf__mailbox *box; /* the submission mailbox after the slots */
     uint64_t client_id;
 } raw_client;
 
@@ -99,14 +100,15 @@ static raw_client raw_open(const th_daemon *d) {
     rc.client_id = r->hello_reply->client_id;
     tf__frame_free(r);
     ck_assert_msg(page_fd >= 0, "HelloReply came without the completion page's descriptor");
-    rc.page = mmap(NULL, TF__COMPLETION_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+    rc.page = mmap(NULL, TF__COMPLETION_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
     ck_assert_msg(rc.page != MAP_FAILED, "cannot map the completion page: %s", strerror(errno));
     close(page_fd);
+    rc.box = (tf__mailbox *)((uint8_t *)rc.page + TF__MAILBOX_OFFSET);
     return rc;
 }
 
 static void raw_close(raw_client *rc) {
-    munmap(rc->page, TF__COMPLETION_PAGE_BYTES);
+    munmap(rc->page, TF__COMPLETION_MAP_BYTES);
     close(rc->fd);
 }
 
@@ -366,6 +368,73 @@ static void expect_page_untouched(const raw_client *rc, uint64_t armed) {
     }
 }
 
+/* ---- the submission mailbox ---- */
+
+/* Writes a request into the mailbox and marks it SUBMITTED, as the client library does. */
+static void box_submit(raw_client *rc, uint32_t direction, uint64_t buffer, uint64_t tensor,
+                       uint32_t slot, uint64_t offset, uint64_t bytes, uint64_t after_seq) {
+    tf__mailbox *m = rc->box;
+    ck_assert_uint_eq(__atomic_load_n(&m->state, __ATOMIC_ACQUIRE), TF__MAILBOX_IDLE);
+    m->direction = direction;
+    m->buffer = buffer;
+    m->tensor = tensor;
+    m->slot = slot;
+    m->offset = offset;
+    m->bytes = bytes;
+    m->after_seq = after_seq;
+    __atomic_store_n(&m->state, (uint32_t)TF__MAILBOX_SUBMITTED, __ATOMIC_SEQ_CST);
+}
+
+/* Waits up to RAW_TIMEOUT_MS for the daemon's answer; returns its status, the reason in msg. */
+static tf_status box_answer(raw_client *rc, char *msg, size_t len) {
+    tf__mailbox *m = rc->box;
+    for (int i = 0; i < RAW_TIMEOUT_MS * 10; i++) {
+        if (__atomic_load_n(&m->state, __ATOMIC_ACQUIRE) == TF__MAILBOX_ANSWERED) {
+            tf_status st = (tf_status)m->status;
+            snprintf(msg, len, "%.*s", (int)sizeof m->message, m->message);
+            __atomic_store_n(&m->state, (uint32_t)TF__MAILBOX_IDLE, __ATOMIC_RELEASE);
+            return st;
+        }
+        usleep(100);
+    }
+    ck_abort_msg("the daemon never answered the mailbox");
+    return TF_ERR_INTERNAL;
+}
+
+/* Requires the mailbox's answer to be `want` with `needle` in its reason (NULL: any). */
+static void expect_box_answer(raw_client *rc, tf_status want, const char *needle) {
+    char msg[256];
+    tf_status st = box_answer(rc, msg, sizeof msg);
+    ck_assert_msg(st == want, "mailbox answer %s (%s), expected %s", tf_status_name(st), msg,
+                  tf_status_name(want));
+    if (needle)
+        ck_assert_msg(strstr(msg, needle) != NULL, "mailbox reason \"%s\" lacks \"%s\"", msg, needle);
+}
+
+/* 1 once the daemon's daemon_polling flag reads `want`, within `ms` milliseconds. */
+static int box_polling_reads(const raw_client *rc, uint32_t want, int ms) {
+    for (int i = 0; i < ms * 10; i++) {
+        if (__atomic_load_n(&rc->box->daemon_polling, __ATOMIC_SEQ_CST) == want) return 1;
+        usleep(100);
+    }
+    return 0;
+}
+
+/* Sends a MailboxDoorbell frame (it has no reply). */
+static void ring_doorbell(int fd) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__MailboxDoorbell bell = TENFERRO__MAILBOX_DOORBELL__INIT;
+    f.body_case = TENFERRO__FRAME__BODY_MAILBOX_DOORBELL;
+    f.mailbox_doorbell = &bell;
+    f.seq = ++g_seq;
+    ck_assert_int_eq(th_raw_send(fd, &f), 0);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 /* ---- daemon state ---- */
 
 /* This client's pinned_bytes in the status report. */
@@ -405,27 +474,30 @@ START_TEST(test_completion_page_with_hello) {
     Tenferro__Frame *r = call_hello(fd, "page", &page_fd);
     ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_HELLO_REPLY);
     ck_assert_uint_eq(r->hello_reply->completion_slots, TF__COMPLETION_SLOTS);
+    ck_assert_uint_eq(r->hello_reply->mailbox_offset, TF__MAILBOX_OFFSET);
     tf__frame_free(r);
     ck_assert_msg(page_fd >= 0, "no descriptor came with HelloReply");
     struct stat st;
     ck_assert_int_eq(fstat(page_fd, &st), 0);
-    ck_assert_int_eq(st.st_size, TF__COMPLETION_PAGE_BYTES);
+    ck_assert_int_eq(st.st_size, TF__COMPLETION_MAP_BYTES);
     int seals = fcntl(page_fd, F_GET_SEALS);
     ck_assert_msg(seals >= 0, "the page is not a sealable memfd: %s", strerror(errno));
     ck_assert_msg((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
                       (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
                   "page seals 0x%x lack shrink, grow or seal", seals);
     ck_assert_int_ne(ftruncate(page_fd, 0), 0);
-    ck_assert_int_ne(ftruncate(page_fd, 2 * TF__COMPLETION_PAGE_BYTES), 0);
+    ck_assert_int_ne(ftruncate(page_fd, 2 * TF__COMPLETION_MAP_BYTES), 0);
     ck_assert_int_ne(fcntl(page_fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
     tf__completion_slot *page =
-        mmap(NULL, TF__COMPLETION_PAGE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+        mmap(NULL, TF__COMPLETION_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
     ck_assert_ptr_ne(page, MAP_FAILED);
     for (size_t i = 0; i < TF__COMPLETION_SLOTS; i++) {
         ck_assert_uint_eq(page[i].state, 0);
         ck_assert_uint_eq(page[i].status, 0);
     }
-    munmap(page, TF__COMPLETION_PAGE_BYTES);
+    const tf__mailbox *box = (const tf__mailbox *)((uint8_t *)page + TF__MAILBOX_OFFSET);
+    ck_assert_uint_eq(box->state, TF__MAILBOX_IDLE);
+    munmap(page, TF__COMPLETION_MAP_BYTES);
     close(page_fd);
     close(fd);
     /* A client that ignores the descriptor (a plain recv) is served as before. */
@@ -998,6 +1070,142 @@ START_TEST(test_killed_client_releases_everything) {
 }
 END_TEST
 
+/*
+ * A polling daemon serves requests written into the mailbox: refusals come
+ * back typed with their reason and write no slot; an accepted upload and
+ * download move the bytes; a request that names a tensor whose creating
+ * frame has not been sent yet waits for that frame (after_seq); 200 requests
+ * of random fields are each answered with a typed status; the counter counts
+ * every request.
+ */
+START_TEST(test_mailbox_requests) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--busy-poll-us", "1000000", "--workers", "2");
+    raw_client c = raw_open(&d);
+    tensor_create(c.fd, 10, 2, SHAPE);
+    int mem = buffer_create(c.fd, 1, TENSOR_BYTES);
+    uint8_t *map = map_buffer(mem, TENSOR_BYTES);
+    fill(map, ELEMS);
+    ck_assert_msg(box_polling_reads(&c, 1, 5000), "a daemon polling for 1 s never said it polls");
+    uint64_t requests = 0;
+
+    box_submit(&c, 7, 1, 10, 3, 0, TENSOR_BYTES, g_seq);
+    expect_box_answer(&c, TF_ERR_INVALID_ARGUMENT, "direction 7");
+    box_submit(&c, UP, 99, 10, 3, 0, TENSOR_BYTES, g_seq);
+    expect_box_answer(&c, TF_ERR_UNKNOWN_HANDLE, "pinned buffer 99");
+    box_submit(&c, UP, 1, 10, 9999, 0, TENSOR_BYTES, g_seq);
+    expect_box_answer(&c, TF_ERR_INVALID_ARGUMENT, "slot 9999");
+    box_submit(&c, UP, 1, 10, 3, 0, TENSOR_BYTES - 8, g_seq);
+    expect_box_answer(&c, TF_ERR_INVALID_ARGUMENT, "length mismatch");
+    requests += 4;
+    expect_page_untouched(&c, 0);
+    ck_assert_uint_eq(th_counter(&d, "transfers_refused"), 4);
+
+    slot_arm(&c, 3);
+    box_submit(&c, UP, 1, 10, 3, 0, TENSOR_BYTES, g_seq);
+    expect_box_answer(&c, TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 3), TF_OK);
+    static double back[ELEMS];
+    tensor_read(c.fd, 10, back, TENSOR_BYTES);
+    ck_assert_msg(memcmp(back, map, TENSOR_BYTES) == 0, "the mailbox upload differs");
+    requests++;
+
+    /* Tensor 11 is created by the next frame, sent only after the request is written. */
+    slot_arm(&c, 4);
+    box_submit(&c, UP, 1, 11, 4, 0, TENSOR_BYTES, g_seq + 1);
+    sleep_ms(50);
+    ck_assert_msg(__atomic_load_n(&c.box->state, __ATOMIC_ACQUIRE) == TF__MAILBOX_SUBMITTED,
+                  "the daemon answered a request before the frames it comes after");
+    tensor_create(c.fd, 11, 2, SHAPE);
+    expect_box_answer(&c, TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 4), TF_OK);
+    tensor_read(c.fd, 11, back, TENSOR_BYTES);
+    ck_assert_msg(memcmp(back, map, TENSOR_BYTES) == 0, "the upload after its tensor's creation differs");
+    requests++;
+
+    /* Download through the mailbox: new contents by a plain Upload, then into buffer 2. */
+    static double fresh[ELEMS];
+    fill(fresh, ELEMS);
+    CK_EXPECT_RESULT(tensor_write(c.fd, 11, fresh, TENSOR_BYTES), TF_OK, NULL);
+    int mem2 = buffer_create(c.fd, 2, TENSOR_BYTES);
+    uint8_t *map2 = map_buffer(mem2, TENSOR_BYTES);
+    slot_arm(&c, 5);
+    box_submit(&c, DOWN, 2, 11, 5, 0, TENSOR_BYTES, g_seq);
+    expect_box_answer(&c, TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 5), TF_OK);
+    ck_assert_msg(memcmp(map2, fresh, TENSOR_BYTES) == 0, "the mailbox download differs");
+    requests++;
+
+    /* Random requests: each gets a typed answer; an accepted one completes in its slot. */
+    unsigned accepted = 0;
+    for (int i = 0; i < 200; i++) {
+        uint32_t direction = (uint32_t)(rand() % 4), slot = (uint32_t)(rand() % 600);
+        uint64_t buffer = (uint64_t)(rand() % 4), tensor = 9 + (uint64_t)(rand() % 4);
+        uint64_t offset = rand() % 2 ? 0 : (uint64_t)rand();
+        uint64_t bytes = rand() % 2 ? TENSOR_BYTES : (uint64_t)rand() * (uint64_t)rand();
+        if (slot < TF__COMPLETION_SLOTS) slot_arm(&c, slot);
+        box_submit(&c, direction, buffer, tensor, slot, offset, bytes, rand() % 2 ? 0 : g_seq);
+        char msg[256];
+        tf_status st = box_answer(&c, msg, sizeof msg);
+        ck_assert_msg(st == TF_OK || (msg[0] != '\0' && st > 0 && st < 100),
+                      "request %d: status %d without a reason", i, (int)st);
+        if (st == TF_OK) {
+            accepted++;
+            ck_assert_int_eq(slot_wait(&c, slot), TF_OK);
+        } else if (slot < TF__COMPLETION_SLOTS) {
+            __atomic_store_n(&c.page[slot].state, (uint32_t)TF__SLOT_IDLE, __ATOMIC_RELAXED);
+        }
+    }
+    requests += 200;
+    printf("mailbox: %u of 200 random requests were valid and completed\n", accepted);
+    expect_counter(&d, "mailbox_requests", requests);
+    /* The daemon still serves this connection and others. */
+    tensor_read(c.fd, 10, back, TENSOR_BYTES);
+    raw_client other = raw_open(&d);
+    raw_close(&other);
+    munmap(map, TENSOR_BYTES);
+    munmap(map2, TENSOR_BYTES);
+    close(mem);
+    close(mem2);
+    raw_close(&c);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/*
+ * A daemon that does not poll says so (daemon_polling 0) and leaves a
+ * request in the mailbox until the doorbell frame rings; then it serves it.
+ */
+START_TEST(test_mailbox_doorbell) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--busy-poll-us", "0");
+    raw_client c = raw_open(&d);
+    tensor_create(c.fd, 10, 2, SHAPE);
+    int mem = buffer_create(c.fd, 1, TENSOR_BYTES);
+    uint8_t *map = map_buffer(mem, TENSOR_BYTES);
+    fill(map, ELEMS);
+    ck_assert_uint_eq(__atomic_load_n(&c.box->daemon_polling, __ATOMIC_SEQ_CST), 0);
+    /* Once the daemon has nothing left to do it sleeps: only a descriptor wakes it. */
+    sleep_ms(100);
+    slot_arm(&c, 6);
+    box_submit(&c, UP, 1, 10, 6, 0, TENSOR_BYTES, g_seq);
+    sleep_ms(100);
+    ck_assert_msg(__atomic_load_n(&c.box->state, __ATOMIC_ACQUIRE) == TF__MAILBOX_SUBMITTED,
+                  "a daemon that does not poll answered without the doorbell");
+    ring_doorbell(c.fd);
+    expect_box_answer(&c, TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 6), TF_OK);
+    static double back[ELEMS];
+    tensor_read(c.fd, 10, back, TENSOR_BYTES);
+    ck_assert_msg(memcmp(back, map, TENSOR_BYTES) == 0, "the doorbell upload differs");
+    ck_assert_uint_eq(th_counter(&d, "mailbox_requests"), 1);
+    munmap(map, TENSOR_BYTES);
+    close(mem);
+    raw_close(&c);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
 /* SIGTERM while transfers are queued: the daemon drains them, frees everything and exits 0. */
 START_TEST(test_stop_with_transfers_in_flight) {
     th_daemon d;
@@ -1038,6 +1246,8 @@ static Suite *transfers_raw_suite(void) {
     tcase_add_test(tc, test_descriptor_waits_behind_queued_reply);
     tcase_add_test(tc, test_killed_client_releases_everything);
     tcase_add_test(tc, test_stop_with_transfers_in_flight);
+    tcase_add_test(tc, test_mailbox_requests);
+    tcase_add_test(tc, test_mailbox_doorbell);
     suite_add_tcase(s, tc);
     return s;
 }
