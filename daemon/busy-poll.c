@@ -18,9 +18,18 @@ void tfd_busy_poll_touch(tfd_busy_poll *bp) {
         atomic_store_explicit(&bp->last_ns, tfd_now_ns(), memory_order_relaxed);
 }
 
+void tfd_busy_poll_hold(tfd_busy_poll *bp) { atomic_fetch_add_explicit(&bp->holds, 1, memory_order_relaxed); }
+
+void tfd_busy_poll_release(tfd_busy_poll *bp) {
+    atomic_fetch_sub_explicit(&bp->holds, 1, memory_order_relaxed);
+    tfd_busy_poll_touch(bp);
+}
+
 int tfd_busy_poll_active(tfd_busy_poll *bp) {
     uint64_t window = atomic_load_explicit(&bp->window_ns, memory_order_relaxed);
-    return window && tfd_now_ns() - atomic_load_explicit(&bp->last_ns, memory_order_relaxed) < window;
+    if (!window) return 0;
+    if (atomic_load_explicit(&bp->holds, memory_order_relaxed) > 0) return 1;
+    return tfd_now_ns() - atomic_load_explicit(&bp->last_ns, memory_order_relaxed) < window;
 }
 
 void tfd_cpu_relax(void) {

@@ -4,7 +4,10 @@
  * keeps polling, without sleeping, for a short window; a request or a
  * completion arriving inside it is seen within a microsecond instead of
  * after a kernel wake-up (several microseconds, a large share of a 1 MiB
- * transfer). An idle daemon sleeps as before. A window of 0 turns it off.
+ * transfer). Work the loop waits for (a pending transfer in flight) holds
+ * the window open until it completes, so the client's next request after a
+ * long copy is still seen at once. An idle daemon sleeps as before. A
+ * window of 0 turns it all off.
  */
 #ifndef TENFERRO_DAEMON_BUSY_POLL_H
 #define TENFERRO_DAEMON_BUSY_POLL_H
@@ -16,6 +19,7 @@
 typedef struct tfd_busy_poll {
     atomic_uint_fast64_t window_ns; /* how long to poll after the last activity */
     atomic_uint_fast64_t last_ns;   /* CLOCK_MONOTONIC of the last activity */
+    atomic_int holds;               /* work in flight that keeps the window open */
 } tfd_busy_poll;
 
 /* Nanoseconds of CLOCK_MONOTONIC. */
@@ -27,7 +31,11 @@ void tfd_busy_poll_set(tfd_busy_poll *bp, uint64_t window_us);
 /* Notes activity now: the window starts again. */
 void tfd_busy_poll_touch(tfd_busy_poll *bp);
 
-/* 1 while the last activity is less than one window ago. */
+/* Keeps the window open until the matching release (work in flight), or lets it go. */
+void tfd_busy_poll_hold(tfd_busy_poll *bp);
+void tfd_busy_poll_release(tfd_busy_poll *bp);
+
+/* 1 while something holds the window open or the last activity is less than one window ago. */
 int tfd_busy_poll_active(tfd_busy_poll *bp);
 
 /* One relaxing instruction for a polling loop. */

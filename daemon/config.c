@@ -297,7 +297,7 @@ static const setting settings[] = {
     {"daemon", "max_pinned_bytes", "max-pinned-bytes", AT(max_pinned_bytes), set_u64, 1, "pinned buffers of all clients (half the RAM; 0 = unlimited)"},
     {"daemon", "max_clients", "max-clients", AT(max_clients), set_int, 1, "connections served at once (256)"},
     {"daemon", "log_level", "log-level", AT(log_level), set_level, 1, "error, warn, info or debug"},
-    {"daemon", "busy_poll_us", "busy-poll-us", AT(busy_poll_us), set_busy_poll, 1, "us the loop and completion thread poll before sleeping (auto: 100 cuda, 0 cpu)"},
+    {"daemon", "busy_poll_us", "busy-poll-us", AT(busy_poll_us), set_busy_poll, 1, "us the loop and completion thread poll after activity (auto: 500 cuda, 0 cpu)"},
     {"admission", "policy", "reservation-policy", AT(policy), set_policy, 1, "reject or wait"},
     {"admission", "wait_deadline_ms", "wait-deadline-ms", AT(wait_deadline_ms), set_u64, 1, "queued opener deadline (10000)"},
     {"quota.client", "device_bytes", "client-device-bytes", AT(client_quota.device_bytes), set_u64, 1, "per client (0 = unlimited)"},

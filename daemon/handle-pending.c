@@ -212,6 +212,7 @@ static void on_transfer_done(tfd_item *it) {
     int published = it->early != NULL;
     tfd_item_free(it);
     c->transfers_in_flight--;
+    tfd_busy_poll_release(&c->srv->busy_poll);
     if (!tr->done) finalize(c, tr, st, !published);
     tr->item_alive = 0;
     if (tr->dropped) free(tr);
@@ -252,6 +253,7 @@ tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_
     transfer_drop(c->transfers[r->slot]); /* the slot's previous, completed transfer */
     c->transfers[r->slot] = tr;
     c->transfers_in_flight++;
+    tfd_busy_poll_hold(&c->srv->busy_poll);
     /* No owned frame: the host side is the buffer's mapping, which outlives the copy. */
     it->u.copy.device = t->data;
     it->u.copy.host = (uint8_t *)b->map + r->offset;

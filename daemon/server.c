@@ -113,13 +113,15 @@ static int poll_mailboxes(void *arg) { return tfd_server_poll_mailboxes(arg); }
 static void mailboxes_polled(void *arg, int on) { tfd_server_mailboxes_polled(arg, on); }
 
 /*
- * Sets the busy-polling window from busy_poll_us; "auto" polls 100 us on a
- * backend whose copies are asynchronous (a GPU: transfers then never wait for
- * a wake-up) and not at all on the CPU backend, whose workers need the cores.
+ * Sets the busy-polling window from busy_poll_us; "auto" polls 500 us on a
+ * backend whose copies are asynchronous (a GPU: a client that comes back
+ * within half a millisecond, say after an 8 MiB copy of its own, finds the
+ * loop polling its mailbox) and not at all on the CPU backend, whose
+ * workers need the cores.
  */
 static void apply_busy_poll(tfd_server *srv) {
     int us = srv->opt.busy_poll_us;
-    if (us < 0) us = srv->backend.vt->copies_enqueue_only ? 100 : 0;
+    if (us < 0) us = srv->backend.vt->copies_enqueue_only ? 500 : 0;
     tfd_busy_poll_set(&srv->busy_poll, (uint64_t)us);
 }
 
