@@ -8,7 +8,8 @@
 #   1. the device (nvidia-smi -L) and the driver version;
 #   2. the unit tests in <build-dir>/tests (those with a source in tests/unit/);
 #   3. the integration suites in <build-dir>/tests (the others), against
-#      TENFERRO_DAEMON=<build-dir>/tenferrod with TENFERRO_TEST_DEVICE=cuda:0;
+#      TENFERRO_DAEMON=<build-dir>/tenferrod with TENFERRO_TEST_DEVICE=cuda:0, and
+#      test-transfers once more with busy polling off (Transfer frames, not the mailbox);
 #   4. <build-dir>/tenferrod --device cuda:0 on a private socket, every
 #      <build-dir>/bench/gpu/* benchmark with that socket, then SIGTERM (exit 0 expected).
 # Each suite and benchmark runs under a timeout, and the timeouts shrink so that the whole
@@ -82,10 +83,11 @@ is_unit() {
     return 1
 }
 
-# Runs test binary $2 of kind $1 (unit|integration) and records its row in the summary.
+# Runs test binary $2 of kind $1 (unit|integration) and records its row in the summary; an
+# optional $3 names the run and $4 is one more VAR=value for its environment.
 run_suite() {
     local kind=$1 path=$2 name limit started rc counts checks fails errs runners result
-    name=$(basename "$path")
+    name=${3:-$(basename "$path")}
     limit=$(time_for "$SUITE_TIMEOUT" "$BENCH_RESERVE")
     if [ "$limit" -lt 20 ]; then
         echo "== $kind $name: SKIPPED (time budget spent)"
@@ -99,6 +101,7 @@ run_suite() {
     if [ "$kind" = integration ]; then
         envs+=("TENFERRO_DAEMON=$daemon_abs")
     fi
+    [ -n "${4:-}" ] && envs+=("$4")
     started=$SECONDS
     env "${envs[@]}" timeout -k 10 "$limit" "$path" 2>&1 | tee "$out/suites/$name.log"
     rc=${PIPESTATUS[0]}
@@ -198,6 +201,12 @@ main() {
         ordered+=("$t")
     done
     for t in "${ordered[@]}"; do run_suite integration "$t"; done
+    # On a GPU the daemon polls by default, so transfers take the mailbox: run them once more
+    # with polling off, through Transfer frames.
+    if [ -x "$build/tests/test-transfers" ]; then
+        run_suite integration "$build/tests/test-transfers" test-transfers-socket \
+            TENFERRO_TEST_BUSY_POLL_US=0
+    fi
     find /tmp -maxdepth 1 -name 'tf-test-*.log' -newer "$workdir/start" -print 2>/dev/null |
         while read -r f; do tail -c 1000000 "$f" >"$out/test-daemon-logs/$(basename "$f")"; done
 
