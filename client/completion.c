@@ -25,12 +25,13 @@
  * How long a wait polls its slot before it sleeps: a fixed part for the
  * request's trip, plus the copy at a pessimistic bandwidth, up to a cap. A
  * copy that ends while the client polls costs no wake-up (a futex wake-up
- * is several microseconds, a large share of a transfer of a few MiB); past
- * the cap a wake-up is noise.
+ * is several microseconds, and tens after a deep idle state: a large share
+ * of a transfer of a few MiB, and still a percent of 256 MiB on a GPU); past
+ * the cap a wake-up is noise. A synchronous cudaMemcpy polls the same way.
  */
 #define WAIT_SPIN_BASE_US 50u
 #define WAIT_SPIN_BYTES_PER_US 4000u /* 4 GB/s */
-#define WAIT_SPIN_MAX_US 4000u
+#define WAIT_SPIN_MAX_US 20000u
 
 tf_status tf__completion_map(tf_client *c, uint32_t slots, uint32_t mailbox_offset, int fd) {
     struct stat sb;

@@ -41,7 +41,7 @@ static const struct {
     const char *tag;
     size_t bytes;
     int reps;
-} SIZES[] = {{"256m", (size_t)256 << 20, 9}, {"8m", (size_t)8 << 20, 100}, {"1m", (size_t)1 << 20, 400}};
+} SIZES[] = {{"256m", (size_t)256 << 20, 25}, {"8m", (size_t)8 << 20, 100}, {"1m", (size_t)1 << 20, 400}};
 
 #define MAX_REPS 400
 
