@@ -219,6 +219,8 @@ test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS)
 # Bounded load test (tests/load/load.c); `make load` runs the long one.
 test-load: $(BUILD)/tenferrod $(BUILD)/tests/load
 	@echo "== $(BUILD)/tests/load"; TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --clients 8 --seconds 5
+	@echo "== $(BUILD)/tests/load, the daemon polling (transfers through the mailbox)"; \
+	  TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=1000 $(BUILD)/tests/load --clients 4 --seconds 4
 
 load: $(BUILD)/tenferrod $(BUILD)/tests/load
 	TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --clients 32 --seconds 30

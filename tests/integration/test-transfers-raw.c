@@ -1070,6 +1070,15 @@ START_TEST(test_killed_client_releases_everything) {
 }
 END_TEST
 
+/* Creates tensor 10 (SHAPE, f64) and pinned buffer 1 of its size filled with random doubles. */
+static uint8_t *tensor_and_filled_buffer(raw_client *rc, int *mem) {
+    tensor_create(rc->fd, 10, 2, SHAPE);
+    *mem = buffer_create(rc->fd, 1, TENSOR_BYTES);
+    uint8_t *map = map_buffer(*mem, TENSOR_BYTES);
+    fill(map, ELEMS);
+    return map;
+}
+
 /*
  * A polling daemon serves requests written into the mailbox: refusals come
  * back typed with their reason and write no slot; an accepted upload and
@@ -1082,10 +1091,8 @@ START_TEST(test_mailbox_requests) {
     th_daemon d;
     CK_DAEMON_START(&d, "--busy-poll-us", "1000000", "--workers", "2");
     raw_client c = raw_open(&d);
-    tensor_create(c.fd, 10, 2, SHAPE);
-    int mem = buffer_create(c.fd, 1, TENSOR_BYTES);
-    uint8_t *map = map_buffer(mem, TENSOR_BYTES);
-    fill(map, ELEMS);
+    int mem;
+    uint8_t *map = tensor_and_filled_buffer(&c, &mem);
     ck_assert_msg(box_polling_reads(&c, 1, 5000), "a daemon polling for 1 s never said it polls");
     uint64_t requests = 0;
 
@@ -1180,10 +1187,8 @@ START_TEST(test_mailbox_doorbell) {
     th_daemon d;
     CK_DAEMON_START(&d, "--busy-poll-us", "0");
     raw_client c = raw_open(&d);
-    tensor_create(c.fd, 10, 2, SHAPE);
-    int mem = buffer_create(c.fd, 1, TENSOR_BYTES);
-    uint8_t *map = map_buffer(mem, TENSOR_BYTES);
-    fill(map, ELEMS);
+    int mem;
+    uint8_t *map = tensor_and_filled_buffer(&c, &mem);
     ck_assert_uint_eq(__atomic_load_n(&c.box->daemon_polling, __ATOMIC_SEQ_CST), 0);
     /* Once the daemon has nothing left to do it sleeps: only a descriptor wakes it. */
     sleep_ms(100);
