@@ -293,7 +293,8 @@ void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) {
 
 /* Unlinks and frees the connection once nothing can refer to it any more. */
 void tfd_conn_maybe_free(tfd_conn *c) {
-    if (!c->pipe_closed || !c->stream_drained || c->transfers_in_flight) return;
+    if (!c->pipe_closed || !c->stream_drained || c->transfers_in_flight || c->buffer_creations)
+        return;
     tfd_server *srv = c->srv;
     if (c->prev)
         c->prev->next = c->next;
@@ -408,7 +409,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void parse_frames(tfd_conn *c) {
     /* Before the handshake a peer is unknown: it may not make the daemon reserve a big buffer. */
     uint64_t max = c->hello_done ? c->srv->opt.max_frame_bytes : TF__MIN_MAX_FRAME_BYTES;
-    while (!c->closing && c->rlen >= TF__FRAME_HEADER_BYTES) {
+    while (!c->closing && !c->paused && c->rlen >= TF__FRAME_HEADER_BYTES) {
         uint32_t len = tf__frame_peek_length(c->rbuf + c->rstart);
         if (len > max) {
             tfd_conn_fail(c, "frame length %u exceeds the maximum of %llu bytes", len,
@@ -434,6 +435,19 @@ static void parse_frames(tfd_conn *c) {
     if (c->rlen == 0) c->rstart = 0;
 }
 
+/*
+ * Handles what the connection has read and not handled yet. Transfers whose
+ * completion is published are finished first: bytes the client sent after it
+ * read DONE are among them, so they find the buffer and the tensor free.
+ * Frames handled in one go all see the state of its start, wherever a copy
+ * has got to meanwhile. Then a mailbox request may have waited for them.
+ */
+static void serve_input(tfd_conn *c) {
+    tfd_conn_reap_transfers(c);
+    parse_frames(c);
+    if (!c->closing && !c->paused) tfd_conn_poll_mailbox(c);
+}
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     (void)buf;
     tfd_conn *c = (tfd_conn *)stream;
@@ -441,16 +455,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     if (nread > 0) {
         c->rlen += (size_t)nread;
         tfd_busy_poll_touch(&c->srv->busy_poll);
-        /*
-         * Transfers whose completion is published are finished first: bytes
-         * the client sent after it read DONE are in this read, so they find
-         * the buffer and the tensor free. Frames of one read all see the
-         * state of its start, wherever a copy has got to meanwhile.
-         */
-        tfd_conn_reap_transfers(c);
-        parse_frames(c);
-        /* A mailbox request may have waited for the frames just handled. */
-        if (!c->closing) tfd_conn_poll_mailbox(c);
+        serve_input(c);
         return;
     }
     if (nread == 0) return;
@@ -466,6 +471,22 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     tfd_conn_close(c);
+}
+
+void tfd_conn_pause(tfd_conn *c) {
+    if (c->paused || c->closing) return;
+    c->paused = 1;
+    uv_read_stop((uv_stream_t *)&c->pipe);
+}
+
+void tfd_conn_resume(tfd_conn *c) {
+    if (!c->paused || c->closing) return;
+    c->paused = 0;
+    if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) != 0) {
+        tfd_conn_close(c);
+        return;
+    }
+    serve_input(c);
 }
 
 void tfd_conn_accept(tfd_server *srv) {

@@ -8,9 +8,11 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "daemon/log.h"
+#include "daemon/pinned-work.h"
 #include "daemon/quota.h"
 #include "daemon/server.h"
 
@@ -46,6 +48,66 @@ static tf_status check_create(tfd_conn *c, uint64_t id, uint64_t bytes, char *ms
     return TF_OK;
 }
 
+/* A BufferCreate whose memfd is being made on the thread pool. */
+typedef struct creation {
+    tfd_conn *conn;
+    uint64_t seq, id, bytes;
+} creation;
+
+/* Gives back what a reserved buffer held in the books: its record, its bytes. */
+static void unreserve(tfd_conn *c, uint64_t id) {
+    tfd_pinned rec;
+    if (tfd_pinned_table_remove(&c->buffers, id, &rec) != 0) return;
+    c->srv->counters.pinned_buffers_live--;
+    c->srv->counters.pinned_bytes_live -= rec.bytes;
+}
+
+/*
+ * Loop, once the thread pool has made (or failed to make) the buffer: fills
+ * the reserved record and answers with the memfd, or gives the reservation
+ * back and answers with the reason; then the connection reads again. A
+ * connection that closed meanwhile gets nothing: the buffer is destroyed.
+ */
+static void on_created(void *arg, tf_status st, const tfd_pinned *b, int fd, const char *msg) {
+    creation *cr = arg;
+    tfd_conn *c = cr->conn;
+    tfd_server *srv = c->srv;
+    c->buffer_creations--;
+    tfd_pinned *rec = tfd_pinned_table_find(&c->buffers, cr->id);
+    if (st != TF_OK || c->closing || !rec) {
+        if (rec) unreserve(c, cr->id);
+        if (st == TF_OK) {
+            close(fd);
+            tfd_pinned_destroy_async(srv->loop, &srv->backend, b);
+        }
+        if (!c->closing) {
+            tfd_conn_reply(c, cr->seq, st, "%s", msg);
+            tfd_conn_resume(c);
+        } else {
+            tfd_conn_maybe_free(c);
+        }
+        free(cr);
+        return;
+    }
+    *rec = *b;
+    srv->counters.pinned_buffers_created++;
+    tfd_log(TFD_LOG_DEBUG, "client %llu: pinned buffer %llu of %llu bytes created%s",
+            (unsigned long long)c->client_id, (unsigned long long)cr->id,
+            (unsigned long long)cr->bytes, b->registered ? " and registered" : "");
+    Tenferro__Result result = TENFERRO__RESULT__INIT;
+    result.status = TF_OK;
+    result.message = "";
+    tfd_conn_send_result(c, cr->seq, &result, fd);
+    free(cr);
+    tfd_conn_resume(c);
+}
+
+/*
+ * BufferCreate: checked on the loop, where the buffer is also reserved (its
+ * id taken, its bytes counted against every limit), then made on the thread
+ * pool. The connection reads nothing more until the answer is out, so its
+ * later requests find the buffer made, exactly as if it had been made here.
+ */
 void tfd_handle_buffer_create(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_server *srv = c->srv;
     uint64_t seq = frame->seq, id = frame->buffer_create->buffer,
@@ -53,30 +115,32 @@ void tfd_handle_buffer_create(tfd_conn *c, Tenferro__Frame *frame) {
     tf__frame_free(frame);
     char msg[512];
     tf_status st = check_create(c, id, bytes, msg, sizeof msg);
-    tfd_pinned b;
-    int fd = -1;
-    if (st == TF_OK) st = tfd_pinned_create(&srv->backend, id, (size_t)bytes, &b, &fd, msg, sizeof msg);
-    if (st == TF_OK && tfd_pinned_table_insert(&c->buffers, &b) != 0) {
-        tfd_pinned_destroy(&srv->backend, &b);
-        close(fd);
-        snprintf(msg, sizeof msg, "out of host memory");
-        st = TF_ERR_NO_MEMORY;
+    creation *cr = NULL;
+    if (st == TF_OK) {
+        cr = malloc(sizeof *cr);
+        tfd_pinned reserved = {.id = id, .bytes = (size_t)bytes, .creating = 1};
+        if (!cr || tfd_pinned_table_insert(&c->buffers, &reserved) != 0) {
+            free(cr);
+            snprintf(msg, sizeof msg, "out of host memory");
+            st = TF_ERR_NO_MEMORY;
+        }
     }
     if (st != TF_OK) {
         tfd_conn_reply(c, seq, st, "%s", msg);
         return;
     }
-    srv->counters.pinned_buffers_created++;
+    *cr = (creation){c, seq, id, bytes};
     srv->counters.pinned_buffers_live++;
     srv->counters.pinned_bytes_live += bytes;
-    tfd_log(TFD_LOG_DEBUG, "client %llu: pinned buffer %llu of %llu bytes created%s",
-            (unsigned long long)c->client_id, (unsigned long long)id, (unsigned long long)bytes,
-            b.registered ? " and registered" : "");
-
-    Tenferro__Result result = TENFERRO__RESULT__INIT;
-    result.status = TF_OK;
-    result.message = "";
-    tfd_conn_send_result(c, seq, &result, fd);
+    if (tfd_pinned_create_async(srv->loop, &srv->backend, id, (size_t)bytes, on_created, cr) !=
+        TF_OK) {
+        unreserve(c, id);
+        free(cr);
+        tfd_conn_reply(c, seq, TF_ERR_NO_MEMORY, "out of host memory");
+        return;
+    }
+    c->buffer_creations++;
+    tfd_conn_pause(c);
 }
 
 void tfd_handle_buffer_free(tfd_conn *c, Tenferro__Frame *frame) {
@@ -88,7 +152,7 @@ void tfd_handle_buffer_free(tfd_conn *c, Tenferro__Frame *frame) {
                        (unsigned long long)id);
         return;
     }
-    if (b->in_flight) {
+    if (b->in_flight || b->creating) {
         tfd_conn_reply(c, seq, TF_ERR_BUSY,
                        "pinned buffer %llu is in a transfer still in flight: wait for it before "
                        "freeing the buffer",
@@ -102,14 +166,20 @@ void tfd_handle_buffer_free(tfd_conn *c, Tenferro__Frame *frame) {
 void tfd_conn_buffer_drop(tfd_conn *c, uint64_t id) {
     tfd_pinned b;
     if (tfd_pinned_table_remove(&c->buffers, id, &b) != 0) return;
-    tfd_pinned_destroy(&c->srv->backend, &b);
+    tfd_pinned_destroy_async(c->srv->loop, &c->srv->backend, &b);
     c->srv->counters.pinned_buffers_live--;
     c->srv->counters.pinned_bytes_live -= b.bytes;
 }
 
+/* Table walker's destroy step: the buffer leaves the books now and memory on the thread pool. */
+static void destroy_later(void *arg, tfd_pinned *b) {
+    tfd_server *srv = arg;
+    tfd_pinned_destroy_async(srv->loop, &srv->backend, b);
+}
+
 void tfd_conn_buffers_release(tfd_conn *c, int all) {
     uint64_t n = 0, bytes = 0;
-    tfd_pinned_table_release(&c->buffers, &c->srv->backend, !all, &n, &bytes);
+    tfd_pinned_table_release(&c->buffers, !all, destroy_later, c->srv, &n, &bytes);
     c->srv->counters.pinned_buffers_live -= n;
     c->srv->counters.pinned_bytes_live -= bytes;
     if (!all) return;

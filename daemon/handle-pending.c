@@ -114,9 +114,9 @@ static tf_status check_transfer(tfd_conn *c, const tfd_transfer_request *r, tfd_
                  (unsigned long long)r->buffer, b->bytes);
         return TF_ERR_INVALID_ARGUMENT;
     }
-    if (b->in_flight) {
-        snprintf(msg, len, "buffer %llu is already in a transfer: wait for it first",
-                 (unsigned long long)r->buffer);
+    if (b->in_flight || b->creating) {
+        snprintf(msg, len, "buffer %llu is %s: wait for it first", (unsigned long long)r->buffer,
+                 b->creating ? "still being created" : "already in a transfer");
         return TF_ERR_BUSY;
     }
     if (t->in_flight) {

@@ -27,7 +27,8 @@
 
 void tfd_conn_poll_mailbox(tfd_conn *c) {
     tf__mailbox *m = c->mailbox;
-    if (!m || c->closing || __atomic_load_n(&m->state, __ATOMIC_ACQUIRE) != TF__MAILBOX_SUBMITTED)
+    if (!m || c->closing || c->paused ||
+        __atomic_load_n(&m->state, __ATOMIC_ACQUIRE) != TF__MAILBOX_SUBMITTED)
         return;
     /* Frames sent before the request are not all handled yet: it waits for them. */
     if (READ_ONCE(m->after_seq) > c->dispatched_seq) return;

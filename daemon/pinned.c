@@ -123,26 +123,28 @@ int tfd_pinned_table_remove(tfd_pinned_table *t, uint64_t id, tfd_pinned *remove
 typedef struct pick {
     uint64_t ids[64];
     int n;
-    int keep_in_flight;
+    int keep_busy;
 } pick;
 
 static void pick_one(void *record, void *arg) {
     tfd_pinned *b = record;
     pick *p = arg;
-    if (p->n < (int)(sizeof p->ids / sizeof *p->ids) && !(p->keep_in_flight && b->in_flight))
+    if (p->n < (int)(sizeof p->ids / sizeof *p->ids) &&
+        !(p->keep_busy && (b->in_flight || b->creating)))
         p->ids[p->n++] = b->id;
 }
 
-void tfd_pinned_table_release(tfd_pinned_table *t, tfd_backend *be, int keep_in_flight,
-                              uint64_t *n, uint64_t *bytes) {
+void tfd_pinned_table_release(tfd_pinned_table *t, int keep_busy,
+                              void (*destroy)(void *arg, tfd_pinned *b), void *arg, uint64_t *n,
+                              uint64_t *bytes) {
     for (;;) {
-        pick p = {.keep_in_flight = keep_in_flight};
+        pick p = {.keep_busy = keep_busy};
         tf__id_table_each(&t->map, pick_one, &p);
         if (p.n == 0) return;
         for (int i = 0; i < p.n; i++) {
             tfd_pinned b;
             if (tfd_pinned_table_remove(t, p.ids[i], &b) != 0) continue;
-            tfd_pinned_destroy(be, &b);
+            destroy(arg, &b);
             *n += 1;
             *bytes += b.bytes;
         }

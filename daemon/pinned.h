@@ -31,6 +31,7 @@ typedef struct tfd_pinned {
     size_t mapped;  /* bytes mapped and registered: bytes rounded up to whole pages */
     int registered; /* the backend page-locked the mapping */
     int in_flight;  /* a transfer uses it: it may be neither freed nor used by another */
+    int creating;   /* reserved while its memfd is made off the loop: not usable yet */
 } tfd_pinned;
 
 typedef struct tfd_pinned_table {
@@ -66,11 +67,13 @@ int tfd_pinned_table_insert(tfd_pinned_table *t, const tfd_pinned *b);
 int tfd_pinned_table_remove(tfd_pinned_table *t, uint64_t id, tfd_pinned *removed);
 
 /*
- * Removes and destroys every buffer of the table, or (keep_in_flight) every
- * one no transfer uses. Adds how many buffers and bytes went to *n and *bytes.
+ * Removes every buffer of the table, or (keep_busy) every one that neither a
+ * transfer uses nor is still being created, handing each to destroy(arg, b).
+ * Adds how many buffers and bytes went to *n and *bytes.
  */
-void tfd_pinned_table_release(tfd_pinned_table *t, tfd_backend *be, int keep_in_flight,
-                              uint64_t *n, uint64_t *bytes);
+void tfd_pinned_table_release(tfd_pinned_table *t, int keep_busy,
+                              void (*destroy)(void *arg, tfd_pinned *b), void *arg, uint64_t *n,
+                              uint64_t *bytes);
 
 /*
  * Creates a client's completion page: TF__COMPLETION_MAP_BYTES of sealed,

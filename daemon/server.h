@@ -180,6 +180,8 @@ struct tfd_conn {
     int closing;         /* no more frames are read or answered */
     int pipe_closed;     /* libuv closed the pipe */
     int stream_drained;  /* the final marker completed */
+    int paused;          /* reads stop until a request finishes off the loop (tfd_conn_pause) */
+    uint32_t buffer_creations; /* BufferCreates on the thread pool; the connection waits for them */
 
     uint8_t *rbuf;
     size_t rstart, rlen, rcap; /* unread bytes are rbuf[rstart .. rstart+rlen) */
@@ -240,6 +242,14 @@ void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt
 void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Starts closing: frees the connection's tensors, drains its stream, releases what it held. */
 void tfd_conn_close(tfd_conn *c);
+/*
+ * Stops handling the connection's input (frames already read wait too) until
+ * tfd_conn_resume, for a request that finishes off the loop: the requests
+ * after it are handled after it, as they would be had it finished at once.
+ */
+void tfd_conn_pause(tfd_conn *c);
+void tfd_conn_resume(tfd_conn *c);
+
 /* Frees a closing connection once its pipe is closed, its stream drained and no transfer is in flight. */
 void tfd_conn_maybe_free(tfd_conn *c);
 

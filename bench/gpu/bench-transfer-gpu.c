@@ -19,6 +19,15 @@
  *                reused buffer) against the pending download, and
  *                cudaMemcpy from pageable memory in this process.
  *
+ *   create_stall (µs)
+ *     tenferrod: the slowest of an empty scoped session's round trips made
+ *                by one connection while another creates and frees 256 MiB
+ *                pinned buffers (each creation registers the memfd with
+ *                cudaHostRegister, tens of milliseconds), for as long as 8
+ *                creations take.
+ *     baseline:  the slowest of as many round trips with no creation going
+ *                on. What creation makes other clients wait.
+ *
  * Each figure is the median of its repetitions, the two sides taking turns,
  * after one untimed copy of each. The daemon's bytes are checked after the
  * timed runs (blocking download against the pinned buffer) and the
@@ -26,6 +35,8 @@
  * benchmark with status 1. The daemon is another process, so initialising
  * CUDA here is safe; this process never forks.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +143,61 @@ static void staged(tf_client *c, const local_side *l, size_t bytes, int reps, do
     bench_check(NAME, c, tf_tensor_free(c, t), "tf_tensor_free");
 }
 
+/* The connection that creates buffers in create_stall, and when it is done. */
+typedef struct creator {
+    tf_client *c;
+    size_t bytes;
+    int count;
+    atomic_int done;
+} creator;
+
+static void *create_buffers(void *arg) {
+    creator *cr = arg;
+    for (int i = 0; i < cr->count; i++) {
+        tf_pinned_buffer *b = bench_pinned(NAME, cr->c, cr->bytes);
+        bench_check(NAME, cr->c, tf_pinned_buffer_free(b), "tf_pinned_buffer_free");
+    }
+    atomic_store(&cr->done, 1);
+    return NULL;
+}
+
+/* An empty scoped session: the shortest request with an answer. */
+static tf_status nothing(tf_view *v, void *arg) {
+    (void)v;
+    (void)arg;
+    return TF_OK;
+}
+
+/* The slowest round trip of connection c until *stop reads nonzero (or `count` of them); counts them. */
+static double slowest_round_trip(tf_client *c, atomic_int *stop, long count, long *made) {
+    double worst = 0;
+    long n = 0;
+    while (stop ? !atomic_load(stop) : n < count) {
+        uint64_t t0 = bench_now_ns();
+        bench_check(NAME, c, tf_with_session(c, nothing, NULL), "tf_with_session");
+        double us = (double)(bench_now_ns() - t0) / 1e3;
+        if (us > worst) worst = us;
+        n++;
+    }
+    *made = n;
+    return worst;
+}
+
+/* create_stall: another client's worst round trip while pinned buffers are created. */
+static void create_stall(int argc, char **argv, tf_client *c) {
+    creator cr = {.c = bench_connect(argc, argv), .bytes = (size_t)256 << 20, .count = 8};
+    pthread_t t;
+    if (pthread_create(&t, NULL, create_buffers, &cr) != 0) bench_die(NAME, "pthread_create");
+    long during = 0, idle = 0;
+    double worst = slowest_round_trip(c, &cr.done, 0, &during);
+    pthread_join(t, NULL);
+    double calm = slowest_round_trip(c, NULL, during, &idle);
+    printf("# create_stall: %ld round trips while 8 buffers of 256 MiB were created and freed\n",
+           during);
+    bench_report("create_stall", worst, calm, "us");
+    tf_disconnect(cr.c);
+}
+
 int main(int argc, char **argv) {
     tf_client *c = bench_connect(argc, argv);
     printf("# daemon device: %s\n", tf_client_device(c));
@@ -146,6 +212,7 @@ int main(int argc, char **argv) {
     for (size_t k = 0; k < sizeof SIZES / sizeof *SIZES; k++)
         throughput(c, &l, SIZES[k].bytes, SIZES[k].reps, SIZES[k].tag, scratch);
     staged(c, &l, largest, SIZES[0].reps, pageable, scratch);
+    create_stall(argc, argv, c);
     GPU_CUDA(NAME, cudaFree(l.device));
     GPU_CUDA(NAME, cudaFreeHost(l.host));
     free(scratch);

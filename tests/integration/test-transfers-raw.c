@@ -1070,6 +1070,82 @@ START_TEST(test_killed_client_releases_everything) {
 }
 END_TEST
 
+/*
+ * A BufferCreate is finished off the daemon's loop, but the requests sent
+ * behind it in the same write are handled after it: a Transfer naming the
+ * new buffer is accepted (the buffer exists) and moves its bytes (a fresh
+ * memfd reads zero, so the tensor's random contents turn to zeros), and the
+ * replies come in order, the first with the memfd.
+ */
+START_TEST(test_requests_behind_buffer_create) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    raw_client c = raw_open(&d);
+    tensor_create(c.fd, 10, 2, SHAPE);
+    static double data[ELEMS], back[ELEMS];
+    fill(data, ELEMS);
+    CK_EXPECT_RESULT(tensor_write(c.fd, 10, data, TENSOR_BYTES), TF_OK, NULL);
+
+    static pipeline p;
+    p.len = 0;
+    Tenferro__Frame f[2];
+    Tenferro__BufferCreate bc;
+    Tenferro__Transfer t;
+    build_create(&f[0], &bc, 7, TENSOR_BYTES);
+    uint64_t s_create = pipe_add(&p, &f[0]);
+    build_transfer(&f[1], &t, UP, 7, 10, 2, 0, TENSOR_BYTES);
+    uint64_t s_transfer = pipe_add(&p, &f[1]);
+    slot_arm(&c, 2);
+    pipe_send(c.fd, &p);
+
+    int mem = -1;
+    Tenferro__Frame *r = th_raw_recv_fd(c.fd, RAW_TIMEOUT_MS, &mem);
+    ck_assert_msg(r != NULL && r->seq == s_create, "the BufferCreate's reply did not come first");
+    CK_EXPECT_RESULT(r, TF_OK, NULL);
+    ck_assert_msg(mem >= 0, "BufferCreate's reply carried no memfd");
+    CK_EXPECT_RESULT(recv_reply(c.fd, s_transfer), TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 2), TF_OK);
+    tensor_read(c.fd, 10, back, TENSOR_BYTES);
+    for (size_t i = 0; i < ELEMS; i++)
+        ck_assert_msg(back[i] == 0.0, "element %zu is %g after an upload from a fresh buffer", i,
+                      back[i]);
+    CK_EXPECT_RESULT(buffer_free(c.fd, 7), TF_OK, NULL);
+    close(mem);
+    raw_close(&c);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/*
+ * Clients that hang up right after asking for a pinned buffer, while it may
+ * still be in the making: every reserved or created byte comes back, and the
+ * daemon serves the next client.
+ */
+START_TEST(test_hang_up_during_buffer_create) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    for (int i = 0; i < 40; i++) {
+        raw_client c = raw_open(&d);
+        Tenferro__Frame f;
+        Tenferro__BufferCreate bc;
+        build_create(&f, &bc, 1, (uint64_t)(1 + i % 8) << 24); /* 16 .. 128 MiB */
+        f.seq = ++g_seq;
+        ck_assert_int_eq(th_raw_send(c.fd, &f), 0);
+        if (i % 2) sleep_ms(1);
+        raw_close(&c);
+    }
+    expect_counter(&d, "pinned_bytes_live", 0);
+    expect_counter(&d, "pinned_buffers_live", 0);
+    raw_client c = raw_open(&d);
+    int mem = buffer_create(c.fd, 1, TENSOR_BYTES);
+    close(mem);
+    ck_assert_uint_eq(client_pinned_bytes(&d, c.client_id), TENSOR_BYTES);
+    raw_close(&c);
+    expect_counter(&d, "pinned_bytes_live", 0);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
 /* Creates tensor 10 (SHAPE, f64) and pinned buffer 1 of its size filled with random doubles. */
 static uint8_t *tensor_and_filled_buffer(raw_client *rc, int *mem) {
     tensor_create(rc->fd, 10, 2, SHAPE);
@@ -1253,6 +1329,8 @@ static Suite *transfers_raw_suite(void) {
     tcase_add_test(tc, test_stop_with_transfers_in_flight);
     tcase_add_test(tc, test_mailbox_requests);
     tcase_add_test(tc, test_mailbox_doorbell);
+    tcase_add_test(tc, test_requests_behind_buffer_create);
+    tcase_add_test(tc, test_hang_up_during_buffer_create);
     suite_add_tcase(s, tc);
     return s;
 }
