@@ -2,8 +2,10 @@
  * The CUDA backend's per-stream block cache: device memory for tensors
  * without a cudaMallocAsync/cudaFreeAsync pair per operation.
  *
- * Requests are rounded up to a power-of-two size class from 256 B to 64 MiB
- * (larger ones bypass the cache and go straight to the device pool). Each
+ * Requests are rounded up to a size class from 256 B to 64 MiB: powers of
+ * two up to 64 KiB, then four classes per doubling, so a large block wastes
+ * at most a quarter of its request (larger requests bypass the cache and go
+ * straight to the device pool, at their exact size). Each
  * stream keeps a stack of free blocks per class. Classes up to 64 KiB are
  * carved from 4 MiB slabs that the stream bump-allocates (one cudaMallocAsync
  * per slab, not per tensor); larger classes are single cudaMallocAsync blocks
@@ -60,7 +62,9 @@
 #define CLASS_MIN ((size_t)1 << TFD_CUDA_CLASS_MIN_LOG2)
 #define CLASS_MAX ((size_t)1 << TFD_CUDA_CLASS_MAX_LOG2)
 /* Classes up to this size are carved from slabs. */
-#define SLAB_CLASS_MAX ((size_t)64 << 10)
+#define SLAB_CLASS_MAX ((size_t)1 << TFD_CUDA_SLAB_CLASS_MAX_LOG2)
+/* How many classes are powers of two (the slab classes). */
+#define N_POW2_CLASSES (TFD_CUDA_SLAB_CLASS_MAX_LOG2 - TFD_CUDA_CLASS_MIN_LOG2 + 1)
 /* One slab: 64 blocks of the largest slab class. */
 #define SLAB_BYTES ((size_t)4 << 20)
 /* Cached bytes of the classes above SLAB_CLASS_MAX, per stream. */
@@ -68,13 +72,33 @@
 
 _Static_assert(SLAB_BYTES % SLAB_CLASS_MAX == 0, "slabs hold whole blocks of every slab class");
 
-/* The size class of a request of at most CLASS_MAX bytes: 0 for 256 B, 1 for 512 B, ... */
+/* floor(log2(x)) for x >= 1. */
+static int log2_floor(size_t x) { return 63 - __builtin_clzll((unsigned long long)x); }
+
+/*
+ * The size class of a request of at most CLASS_MAX bytes: 0 for 256 B, 1 for
+ * 512 B, ... 8 for 64 KiB; then, for a request in (2^j, 2^(j+1)], one of the
+ * four classes 2^j + q * 2^(j-2), q = 1..4, whichever is the first to hold it.
+ */
 static int class_of(size_t bytes) {
     if (bytes <= CLASS_MIN) return 0;
-    return (int)(64 - __builtin_clzll((unsigned long long)(bytes - 1))) - TFD_CUDA_CLASS_MIN_LOG2;
+    if (bytes <= SLAB_CLASS_MAX) return log2_floor(bytes - 1) + 1 - TFD_CUDA_CLASS_MIN_LOG2;
+    const int j = log2_floor(bytes - 1);
+    const size_t base = (size_t)1 << j, step = base / TFD_CUDA_STEPS_PER_DOUBLING;
+    const int q = (int)((bytes - base + step - 1) / step); /* 1 .. steps */
+    return N_POW2_CLASSES + (j - TFD_CUDA_SLAB_CLASS_MAX_LOG2) * TFD_CUDA_STEPS_PER_DOUBLING + q - 1;
 }
 
-static size_t class_bytes(int k) { return (size_t)1 << (k + TFD_CUDA_CLASS_MIN_LOG2); }
+/* The bytes of class k's blocks. */
+static size_t class_bytes(int k) {
+    if (k < N_POW2_CLASSES) return (size_t)1 << (k + TFD_CUDA_CLASS_MIN_LOG2);
+    const int t = k - N_POW2_CLASSES;
+    const int j = TFD_CUDA_SLAB_CLASS_MAX_LOG2 + t / TFD_CUDA_STEPS_PER_DOUBLING;
+    const size_t base = (size_t)1 << j;
+    return base + (size_t)(t % TFD_CUDA_STEPS_PER_DOUBLING + 1) * (base / TFD_CUDA_STEPS_PER_DOUBLING);
+}
+
+size_t tfd_cuda_block_bytes(size_t bytes) { return bytes > CLASS_MAX ? bytes : class_bytes(class_of(bytes)); }
 
 /* The first class above the slab classes. */
 static int first_large_class(void) { return class_of(SLAB_CLASS_MAX) + 1; }

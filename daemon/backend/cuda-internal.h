@@ -15,10 +15,22 @@
 
 #include "daemon/backend/backend.h"
 
-/* The block cache's power-of-two size classes: 2^8 (256 B) to 2^26 (64 MiB). */
+/*
+ * The block cache's size classes: powers of two from 2^8 (256 B) to 2^16
+ * (64 KiB), carved from slabs; above that four classes per power of two
+ * (1.25, 1.5, 1.75 and 2 times 2^j) up to 2^26 (64 MiB), so a block is at
+ * most a quarter larger than its request.
+ */
 #define TFD_CUDA_CLASS_MIN_LOG2 8
+#define TFD_CUDA_SLAB_CLASS_MAX_LOG2 16
 #define TFD_CUDA_CLASS_MAX_LOG2 26
-#define TFD_CUDA_N_CLASSES (TFD_CUDA_CLASS_MAX_LOG2 - TFD_CUDA_CLASS_MIN_LOG2 + 1)
+#define TFD_CUDA_STEPS_PER_DOUBLING 4
+#define TFD_CUDA_N_CLASSES                                                                         \
+    (TFD_CUDA_SLAB_CLASS_MAX_LOG2 - TFD_CUDA_CLASS_MIN_LOG2 + 1 +                                  \
+     TFD_CUDA_STEPS_PER_DOUBLING * (TFD_CUDA_CLASS_MAX_LOG2 - TFD_CUDA_SLAB_CLASS_MAX_LOG2))
+
+/* The bytes of the block a request of `bytes` gets: its class's size, or `bytes` above 64 MiB. */
+size_t tfd_cuda_block_bytes(size_t bytes);
 
 /* A stack of free device blocks of one size class. */
 typedef struct tfd_cuda_blocks {

@@ -24,9 +24,10 @@
  * The per-stream block cache (cuda-alloc.c) must keep live blocks disjoint
  * and intact while it hands freed ones back, to their own stream only.
  *
- * When it runs: only when TENFERRO_TEST_DEVICE starts with "cuda" ("cuda:N"
- * picks the ordinal) and /dev/nvidiactl exists; otherwise it prints a skip
- * line and passes. The parent process never touches CUDA: Check forks one
+ * When it runs: the size-class arithmetic of the block cache always (it
+ * needs no device); everything else only when TENFERRO_TEST_DEVICE starts
+ * with "cuda" ("cuda:N" picks the ordinal) and /dev/nvidiactl exists;
+ * otherwise it prints a skip line for those. The parent process never touches CUDA: Check forks one
  * child per test, a child cannot use CUDA once its parent initialised it, so
  * each child opens both backends in its checked fixture. The fault test
  * needs that isolation and is left out under CK_FORK=no. Built without the
@@ -48,6 +49,7 @@
 #include "common/ops.h"
 #include "daemon/backend/backend.h"
 #include "daemon/backend/cuda-backend.h"
+#include "daemon/backend/cuda-internal.h"
 
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -1261,6 +1263,74 @@ START_TEST(test_fault_poisons_context) {
 }
 END_TEST
 
+/*
+ * The block a request gets, for every request up to 70,000 bytes, both sides
+ * of every class boundary up to 64 MiB and 20,000 random sizes: never
+ * smaller than the request; a power of two under twice the request up to
+ * 64 KiB, at most a quarter above it beyond; the request itself above
+ * 64 MiB; never smaller for a larger request; a block's own size maps to
+ * itself; and exactly TFD_CUDA_N_CLASSES distinct sizes up to 64 MiB.
+ */
+START_TEST(test_size_classes) {
+    const size_t slab_max = (size_t)1 << TFD_CUDA_SLAB_CLASS_MAX_LOG2;
+    const size_t cached_max = (size_t)1 << TFD_CUDA_CLASS_MAX_LOG2;
+    static size_t sizes[70000 + 2000 + 20000];
+    size_t n = 0;
+    for (size_t b = 0; b < 70000; b++) sizes[n++] = b;
+    for (int j = TFD_CUDA_SLAB_CLASS_MAX_LOG2; j <= TFD_CUDA_CLASS_MAX_LOG2 + 1; j++)
+        for (size_t q = 0; q <= 4; q++) {
+            size_t edge = ((size_t)1 << j) + q * (((size_t)1 << j) / 4);
+            sizes[n++] = edge - 1;
+            sizes[n++] = edge;
+            sizes[n++] = edge + 1;
+        }
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < 20000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        sizes[n++] = (size_t)(x % (cached_max + cached_max / 2));
+    }
+    size_t distinct[256];
+    size_t n_distinct = 0;
+    for (size_t i = 0; i < n; i++) {
+        const size_t b = sizes[i], got = tfd_cuda_block_bytes(b);
+        ck_assert_msg(got >= b, "%zu bytes get a block of %zu", b, got);
+        if (b > cached_max) {
+            ck_assert_msg(got == b, "%zu bytes (above the cache) get %zu", b, got);
+            continue;
+        }
+        if (b <= slab_max) {
+            ck_assert_msg((got & (got - 1)) == 0 && (b <= 256 || got < 2 * b),
+                          "%zu bytes get %zu: not the next power of two", b, got);
+        } else {
+            ck_assert_msg(got - b < b / 4 + 1, "%zu bytes get %zu: more than a quarter wasted", b,
+                          got);
+        }
+        ck_assert_msg(tfd_cuda_block_bytes(got) == got, "a block of %zu maps to %zu", got,
+                      tfd_cuda_block_bytes(got));
+        if (b + 1 <= cached_max)
+            ck_assert_msg(tfd_cuda_block_bytes(b + 1) >= got,
+                          "%zu bytes get %zu, one more gets %zu", b, got,
+                          tfd_cuda_block_bytes(b + 1));
+        size_t k = 0;
+        while (k < n_distinct && distinct[k] != got) k++;
+        if (k == n_distinct) {
+            ck_assert_uint_lt(n_distinct, 256);
+            distinct[n_distinct++] = got;
+        }
+    }
+    ck_assert_uint_eq(n_distinct, TFD_CUDA_N_CLASSES);
+}
+END_TEST
+
+/* The size classes alone: arithmetic, no device. */
+static Suite *size_class_suite(void) {
+    Suite *s = suite_create("cuda-size-classes");
+    TCase *tc = tcase_create("classes");
+    tcase_add_test(tc, test_size_classes);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
 static Suite *cuda_backend_suite(int forking) {
     Suite *s = suite_create("cuda-backend");
     TCase *tc = tcase_create("device");
@@ -1301,9 +1371,14 @@ int main(void) {
     return 0;
 #else
     /* Decided without initialising CUDA here: the forked children need a parent that never did. */
+    SRunner *classes = srunner_create(size_class_suite());
+    srunner_run_all(classes, CK_NORMAL);
+    const int classes_failed = srunner_ntests_failed(classes);
+    srunner_free(classes);
+    if (classes_failed) return EXIT_FAILURE;
     const char *device = getenv("TENFERRO_TEST_DEVICE");
     if (device == NULL || strncmp(device, "cuda", 4) != 0 || access("/dev/nvidiactl", F_OK) != 0) {
-        printf("test-cuda-backend: skipped: no CUDA device "
+        printf("test-cuda-backend: device tests skipped: no CUDA device "
                "(set TENFERRO_TEST_DEVICE=cuda:0 on a GPU machine)\n");
         return 0;
     }
