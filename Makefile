@@ -108,8 +108,13 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check test test-unit test-integration test-load load test-install demo bench install clean
-all: $(TARGETS)
+.PHONY: all deps check test test-unit test-integration test-load load test-install demo bench install clean build-commit
+all: $(TARGETS) build-commit
+
+# The commit a build folder was made from, for reports made elsewhere (scripts/gpu-check.sh).
+build-commit:
+	@mkdir -p $(BUILD)
+	@(git rev-parse --short HEAD 2>/dev/null || echo unknown) > $(BUILD)/commit
 
 # ---- generated protocol code ----
 $(PROTO_C) $(PROTO_H): proto/tenferro.proto

@@ -165,7 +165,12 @@ main() {
         driver=unknown
     fi
     date_utc=$(date -u '+%Y-%m-%d %H:%M:%S UTC')
-    commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    # The build folder says which commit it was made from; the checkout here may lag behind it.
+    if [ -s "$build/commit" ]; then
+        commit=$(cat "$build/commit")
+    else
+        commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+    fi
     echo "# tenferrod GPU check: build $build, commit $commit, $date_utc"
     echo "# device: $devices"
     echo "# driver: $driver"
