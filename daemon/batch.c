@@ -27,22 +27,26 @@ void tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec) {
     tfd_stream_enqueue(c->stream, it, it, 1);
 }
 
-tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, tf_status *status,
-                              char *msg, size_t msg_len) {
+tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, int input,
+                              tf_status *status, char *msg, size_t msg_len) {
     tfd_tensor *t = tfd_tensor_table_find(&c->tensors, id);
+    if (t && !t->in_flight) return t;
+    /* Named only now: formatting the label for every tensor that is fine would cost each operation. */
+    char label[48];
+    if (input >= 0)
+        snprintf(label, sizeof label, "%s input %d", what, input);
+    else
+        snprintf(label, sizeof label, "%s", what);
     if (!t) {
-        snprintf(msg, msg_len, "%s: tensor %llu is not live on this connection", what,
+        snprintf(msg, msg_len, "%s: tensor %llu is not live on this connection", label,
                  (unsigned long long)id);
         *status = TF_ERR_UNKNOWN_HANDLE;
-        return NULL;
-    }
-    if (t->in_flight) {
-        snprintf(msg, msg_len, "%s: tensor %llu is in a pending transfer: wait for it first", what,
-                 (unsigned long long)id);
+    } else {
+        snprintf(msg, msg_len, "%s: tensor %llu is in a pending transfer: wait for it first",
+                 label, (unsigned long long)id);
         *status = TF_ERR_BUSY;
-        return NULL;
     }
-    return t;
+    return NULL;
 }
 
 /* Copies a table record into a kernel's view of it. */
@@ -76,7 +80,7 @@ static void chain_push(chain *ch, tfd_item *it) {
 static tf_status prepare_free(tfd_conn *c, const Tenferro__Op *op, chain *ch, char *msg, size_t len) {
     tf_status st;
     for (size_t i = 0; i < op->n_inputs; i++)
-        if (!tfd_usable_tensor(c, op->inputs[i], "free", &st, msg, len)) return st;
+        if (!tfd_usable_tensor(c, op->inputs[i], "free", -1, &st, msg, len)) return st;
     for (size_t i = 0; i < op->n_inputs; i++) {
         tfd_tensor rec;
         if (tfd_tensor_table_remove(&c->tensors, op->inputs[i], &rec) != 0) continue; /* named twice */
@@ -123,10 +127,8 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     tfd_op *d = &it->u.op;
     tf__meta in_meta[2];
     for (int i = 0; i < arity; i++) {
-        char what[32];
-        snprintf(what, sizeof what, "%s input %d", tf__op_name(kind), i);
         tf_status st;
-        tfd_tensor *t = tfd_usable_tensor(c, op->inputs[i], what, &st, msg, len);
+        tfd_tensor *t = tfd_usable_tensor(c, op->inputs[i], tf__op_name(kind), i, &st, msg, len);
         if (!t) {
             tfd_item_free(it);
             return st;

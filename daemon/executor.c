@@ -63,18 +63,6 @@ struct tfd_executor {
 tfd_executor_counters *tfd_executor_counters_of(tfd_executor *ex) { return &ex->counters; }
 tfd_backend *tfd_executor_backend(tfd_executor *ex) { return ex->be; }
 
-tfd_item *tfd_item_new(tfd_item_type type) {
-    tfd_item *it = calloc(1, sizeof *it);
-    if (it) it->type = type;
-    return it;
-}
-
-void tfd_item_free(tfd_item *item) {
-    if (!item) return;
-    if (item->type == TFD_ITEM_WRITE) tf__frame_free(item->u.copy.owned);
-    free(item);
-}
-
 /* Hands a completed item to the loop thread and wakes it. */
 static void post_done(tfd_executor *ex, tfd_item *it) {
     it->next = NULL;

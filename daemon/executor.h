@@ -150,11 +150,14 @@ int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome);
  */
 void tfd_stream_cancel(tfd_stream *s);
 
-/* Allocates a zeroed item; NULL when out of memory. */
+/* Allocates a zeroed item, reusing a let-go one when it can (item-pool.c); NULL when out of memory. */
 tfd_item *tfd_item_new(tfd_item_type type);
 
-/* Frees an item the loop no longer needs (after its callback, or one never enqueued). */
+/* Lets an item go (after its callback, after it ran, or one never enqueued); any thread. */
 void tfd_item_free(tfd_item *item);
+
+/* Frees the items kept for reuse (the calling thread's and the shared ones), at shutdown. */
+void tfd_item_pool_drain(void);
 
 /*
  * Loop thread: runs a WRITE or READ item whose host side is page-locked (a

@@ -286,6 +286,7 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
 
     const tfd_loop_poller mailboxes = {poll_mailboxes, mailboxes_polled, srv};
     tfd_loop_run(srv->loop, &srv->busy_poll, &mailboxes);
+    tfd_item_pool_drain();
 
     srv->backend.vt->close(&srv->backend);
     uv_loop_close(srv->loop);

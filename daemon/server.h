@@ -342,10 +342,10 @@ void tfd_batch_enqueue(tfd_conn *c, Tenferro__Op **ops, size_t n_ops, tfd_batch_
 /*
  * The tensor `id` of this connection when a request may use it: live, and in
  * no pending transfer. Otherwise NULL, with the typed status in *status and a
- * message starting with `what` in msg.
+ * message starting with `what` (then "input N" when input >= 0) in msg.
  */
-tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, tf_status *status,
-                              char *msg, size_t msg_len);
+tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, int input,
+                              tf_status *status, char *msg, size_t msg_len);
 
 /* Enqueues a FREE item for a tensor already removed from the table. */
 void tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec);
