@@ -9,7 +9,10 @@
  *  - SIGHUP with a good file that raises [quota.client] device_bytes lets a
  *    new connection make the allocation that was refused before;
  *  - a command-line flag wins over the file's value, also after a reload,
- *    while the file's other keys still apply.
+ *    while the file's other keys still apply;
+ *  - [daemon] busy_poll_us changes on reload: with 0 pending transfers take
+ *    the socket (mailbox_requests stays 0), after a reload to one second
+ *    they take the submission mailbox.
  *
  * Configuration files are written under /tmp and removed at the end. The quota
  * probe uploads f64 vectors of 1.5 MiB against limits of 1 MiB and 4 MiB.
@@ -157,6 +160,50 @@ START_TEST(test_flag_overrides_file) {
 }
 END_TEST
 
+/* Five pending uploads of fresh random values on one connection, each checked by a download. */
+static void five_pending_uploads(const th_daemon *d) {
+    enum { LEN = 4096 };
+    tf_client *c = th_connect(d);
+    tf_pinned_buffer *b = NULL;
+    CK_STATUS(c, tf_pinned_buffer_new(c, LEN * sizeof(double), &b), TF_OK);
+    static double zeros[LEN], back[LEN];
+    int64_t shape[1] = {LEN};
+    tf_tensor t;
+    CK_STATUS(c, tf_upload(c, TF_F64, 1, shape, zeros, &t), TF_OK);
+    for (int i = 0; i < 5; i++) {
+        th_fill_random(TF_F64, LEN, tf_pinned_buffer_data(b));
+        tf_pending *p = NULL;
+        CK_STATUS(c, tf_upload_pending(c, b, t, &p), TF_OK);
+        CK_STATUS(c, tf_pending_wait(p, &t, &b), TF_OK);
+        void *into = back;
+        size_t cap = sizeof back;
+        CK_STATUS(c, tf_download_into(c, t, &into, &cap), TF_OK);
+        ck_assert_msg(memcmp(back, tf_pinned_buffer_data(b), sizeof back) == 0,
+                      "pending upload %d: the tensor differs from the buffer", i);
+    }
+    CK_STATUS(c, tf_tensor_free(c, t), TF_OK);
+    CK_STATUS(c, tf_pinned_buffer_free(b), TF_OK);
+    tf_disconnect(c);
+}
+
+START_TEST(test_reload_busy_poll) {
+    char path[128];
+    write_config(path, sizeof path, "poll", "[daemon]\nbusy_poll_us = 0\n");
+    th_daemon d;
+    CK_DAEMON_START(&d, "--config", path);
+    five_pending_uploads(&d);
+    ck_assert_uint_eq(th_counter(&d, "mailbox_requests"), 0);
+    write_config(path, sizeof path, "poll", "[daemon]\nbusy_poll_us = 1000000\n");
+    reload(&d, "configuration reloaded");
+    five_pending_uploads(&d);
+    ck_assert_msg(th_counter(&d, "mailbox_requests") > 0,
+                  "a daemon polling for a second after each request served no request through "
+                  "the mailbox");
+    CK_DAEMON_STOP(&d);
+    unlink(path);
+}
+END_TEST
+
 static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("file and reload");
@@ -165,6 +212,7 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, test_reload_bad_file_keeps_running_config);
     tcase_add_test(tc, test_reload_good_file_applies);
     tcase_add_test(tc, test_flag_overrides_file);
+    tcase_add_test(tc, test_reload_busy_poll);
     suite_add_tcase(s, tc);
     return s;
 }
