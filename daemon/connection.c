@@ -176,7 +176,7 @@ static void retry_held_later(tfd_conn *c) {
  */
 static void flush_held(tfd_conn *c) {
     while (c->held_head) {
-        /* A closing connection's write side is shut down: what is held is dropped at the free. */
+        /* A closing connection handed what was held to libuv (release_held). */
         if (c->closing || c->pipe_closed || uv_is_closing((uv_handle_t *)&c->pipe)) return;
         tfd_held_frame *h = c->held_head;
         if (h->fd >= 0) {
@@ -248,6 +248,24 @@ static void drop_held(tfd_conn *c) {
         c->held_head = h->next;
         if (h->fd >= 0) close(h->fd);
         free(h->bytes);
+        free(h);
+    }
+    c->held_tail = NULL;
+}
+
+/*
+ * A closing connection's held replies go out in order through libuv, whose
+ * shutdown waits for them, so a last word (the Result with seq 0 saying why
+ * the connection ends) queued behind a reply with a descriptor still reaches
+ * the client. The descriptors are dropped: nothing on that connection will
+ * use them any more.
+ */
+static void release_held(tfd_conn *c) {
+    while (c->held_head) {
+        tfd_held_frame *h = c->held_head;
+        c->held_head = h->next;
+        if (h->fd >= 0) close(h->fd);
+        write_bytes(c, h->bytes, h->len, 0);
         free(h);
     }
     c->held_tail = NULL;
@@ -351,6 +369,7 @@ void tfd_conn_close(tfd_conn *c) {
     if (c->closing) return;
     c->closing = 1;
     uv_read_stop((uv_stream_t *)&c->pipe);
+    if (!c->pipe_closed && !uv_is_closing((uv_handle_t *)&c->pipe)) release_held(c);
     if (c->held_timer) {
         uv_close((uv_handle_t *)c->held_timer, (uv_close_cb)free);
         c->held_timer = NULL;

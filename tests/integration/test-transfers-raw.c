@@ -896,6 +896,58 @@ START_TEST(test_pinned_limits) {
 END_TEST
 
 /*
+ * A connection that ends while a reply with a descriptor is held behind a
+ * big one (a protocol error after a BufferCreate, the client not reading):
+ * the held reply and then the last word (Result with seq 0, the reason)
+ * still reach the client, in order, before the end of the stream.
+ */
+START_TEST(test_last_word_behind_held_descriptor) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    raw_client c = raw_open(&d);
+    const size_t big = 8u << 20;
+    const int64_t shape[1] = {(int64_t)(big / sizeof(double))};
+    tensor_create(c.fd, 1, 1, shape);
+    const uint64_t downloaded = th_counter(&d, "bytes_downloaded");
+    Tenferro__Frame f[2];
+    Tenferro__Download dl;
+    Tenferro__BufferCreate bc;
+    static pipeline p;
+    p.len = 0;
+    build_download(&f[0], &dl, 1, big);
+    uint64_t s_big = pipe_add(&p, &f[0]);
+    pipe_send(c.fd, &p);
+    expect_counter(&d, "bytes_downloaded", downloaded + big);
+    p.len = 0;
+    build_create(&f[1], &bc, 1, 4096);
+    uint64_t s_create = pipe_add(&p, &f[1]);
+    /* A frame whose body does not decode: the connection ends with a protocol error. */
+    const uint8_t junk[] = {5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff};
+    memcpy(p.bytes + p.len, junk, sizeof junk);
+    p.len += sizeof junk;
+    pipe_send(c.fd, &p);
+    usleep(100 * 1000);
+
+    Tenferro__Frame *r = recv_reply(c.fd, s_big);
+    ck_assert_uint_eq(r->download_reply->data.len, big);
+    tf__frame_free(r);
+    int passed;
+    r = th_raw_recv_fd(c.fd, RAW_TIMEOUT_MS, &passed);
+    ck_assert_msg(r != NULL && r->seq == s_create, "the BufferCreate's reply is missing");
+    CK_EXPECT_RESULT(r, TF_OK, NULL);
+    if (passed >= 0) close(passed);
+    r = th_raw_recv_fd(c.fd, RAW_TIMEOUT_MS, &passed);
+    ck_assert_msg(r != NULL, "the last word (seq 0) never came");
+    ck_assert_uint_eq(r->seq, 0);
+    CK_EXPECT_RESULT(r, TF_ERR_PROTOCOL, "does not decode");
+    ck_assert_ptr_null(th_raw_recv(c.fd, RAW_TIMEOUT_MS));
+    raw_close(&c);
+    expect_counter(&d, "pinned_buffers_live", 0);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/*
  * A reply carrying a descriptor while earlier replies still wait in the
  * daemon's write queue (the client is not reading): it is held until they
  * are out, the descriptor arrives with its own reply, and plain replies
@@ -1325,6 +1377,7 @@ static Suite *transfers_raw_suite(void) {
     tcase_add_test(tc, test_released_transfer_frees_everything);
     tcase_add_test(tc, test_pinned_limits);
     tcase_add_test(tc, test_descriptor_waits_behind_queued_reply);
+    tcase_add_test(tc, test_last_word_behind_held_descriptor);
     tcase_add_test(tc, test_killed_client_releases_everything);
     tcase_add_test(tc, test_stop_with_transfers_in_flight);
     tcase_add_test(tc, test_mailbox_requests);
