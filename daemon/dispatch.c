@@ -63,7 +63,8 @@ void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
     default:
         break;
     }
-    c->srv->counters.protocol_errors++;
+    /* Not a protocol error: the connection stays usable (a newer client may probe). */
+    c->srv->counters.requests_unsupported++;
     tfd_log(TFD_LOG_DEBUG, "client %llu sent an unknown or reply-only message (case %d)",
             (unsigned long long)c->client_id, (int)frame->body_case);
     tfd_conn_reply(c, frame->seq, TF_ERR_UNSUPPORTED,

@@ -77,6 +77,7 @@ typedef struct tfd_options {
     X(connections_refused)    \
     X(connections_closed)     \
     X(protocol_errors)        \
+    X(requests_unsupported)   \
     X(frames_received)        \
     X(frames_sent)            \
     X(batches)                \

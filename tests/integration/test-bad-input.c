@@ -558,20 +558,25 @@ END_TEST
 
 /* ---- 4. unknown message type ---- */
 
-/* A message the daemon does not know, or one only the daemon sends, is TF_ERR_UNSUPPORTED and the connection stays usable. */
+/*
+ * A message the daemon does not know, or one only the daemon sends, is
+ * TF_ERR_UNSUPPORTED and the connection stays usable; each counts in
+ * requests_unsupported, none in protocol_errors.
+ */
 START_TEST(test_unknown_message_type) {
     th_daemon d;
     bystander b;
     start(&d, &b, NULL);
     int fd = raw_open(&d);
+    const uint64_t errors = th_counter(&d, "protocol_errors");
 
     /* seq = 7, then field 99 as a varint: no body of the oneof is set. */
     const uint8_t unknown_varint[] = {5, 0, 0, 0, 0x08, 0x07, 0x98, 0x06, 0x01};
     expect_unsupported_bytes(fd, unknown_varint, sizeof unknown_varint, 7, "an unknown message",
                              "unknown");
 
-    /* seq = 8, then a future body number (22) carrying an empty message. */
-    const uint8_t unknown_body[] = {5, 0, 0, 0, 0x08, 0x08, 0xb2, 0x01, 0x00};
+    /* seq = 8, then a body number no version uses (200) carrying an empty message. */
+    const uint8_t unknown_body[] = {5, 0, 0, 0, 0x08, 0x08, 0xc2, 0x0c, 0x00};
     expect_unsupported_bytes(fd, unknown_body, sizeof unknown_body, 8, "an unknown body", NULL);
 
     /* Reply-only bodies sent by a client. */
@@ -593,6 +598,8 @@ START_TEST(test_unknown_message_type) {
     h.download_reply = &dr;
     CK_EXPECT_RESULT(raw_call(fd, &h), TF_ERR_UNSUPPORTED, NULL);
     expect_usable(fd);
+    ck_assert_uint_eq(th_counter(&d, "requests_unsupported"), 5);
+    ck_assert_uint_eq(th_counter(&d, "protocol_errors"), errors);
 
     /* An unknown operation kind and an unknown submit mode are typed too. */
     raw_op op;
