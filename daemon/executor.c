@@ -2,10 +2,13 @@
  * The executor (see executor.h): stream FIFOs, the worker pool, the completion
  * thread, and the async handle that hands completed items to the loop.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "common/frame.h"
 #include "daemon/executor.h"
@@ -57,28 +60,46 @@ struct tfd_executor {
 
     pthread_mutex_t done_lock; /* completed items for the loop */
     tfd_item *done_head, *done_tail;
-    uv_async_t done_async;
+    int done_fd;        /* eventfd: readable while completed items wait for the loop */
+    uv_poll_t done_poll; /* the loop's watch on done_fd */
 };
 
 tfd_executor_counters *tfd_executor_counters_of(tfd_executor *ex) { return &ex->counters; }
 tfd_backend *tfd_executor_backend(tfd_executor *ex) { return ex->be; }
 
-/* Hands a completed item to the loop thread and wakes it. */
+/*
+ * Hands a completed item to the loop thread and wakes it. Only the item that
+ * finds the list empty writes the eventfd: the loop reads the eventfd before
+ * it takes the list, so a later item either joins a list the loop has yet to
+ * take or finds it empty and writes again. (An eventfd of our own rather
+ * than uv_async: uv_async_send marks the handle busy around its write, and
+ * the loop, woken by that very write, spun until the sender returned.)
+ */
 static void post_done(tfd_executor *ex, tfd_item *it) {
     it->next = NULL;
     pthread_mutex_lock(&ex->done_lock);
+    const int was_empty = ex->done_head == NULL;
     if (ex->done_tail)
         ex->done_tail->next = it;
     else
         ex->done_head = it;
     ex->done_tail = it;
     pthread_mutex_unlock(&ex->done_lock);
-    uv_async_send(&ex->done_async);
+    if (was_empty) {
+        const uint64_t one = 1;
+        while (write(ex->done_fd, &one, sizeof one) < 0 && errno == EINTR) {
+        }
+    }
 }
 
 /* Loop thread: runs the callbacks of every item completed since the last wake-up. */
-static void on_done_async(uv_async_t *h) {
+static void on_done_ready(uv_poll_t *h, int status, int events) {
+    (void)status;
+    (void)events;
     tfd_executor *ex = h->data;
+    uint64_t posted;
+    if (read(ex->done_fd, &posted, sizeof posted) < 0 && errno != EAGAIN && errno != EINTR)
+        tfd_log(TFD_LOG_ERROR, "reading the completion eventfd failed: %s", strerror(errno));
     if (ex->busy_poll) tfd_busy_poll_touch(ex->busy_poll);
     pthread_mutex_lock(&ex->done_lock);
     tfd_item *it = ex->done_head;
@@ -330,8 +351,15 @@ tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_
     pthread_mutex_init(&ex->event_lock, NULL);
     pthread_cond_init(&ex->event_wake, NULL);
     pthread_mutex_init(&ex->done_lock, NULL);
-    uv_async_init(loop, &ex->done_async, on_done_async);
-    ex->done_async.data = ex;
+    ex->done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (ex->done_fd < 0 || uv_poll_init(loop, &ex->done_poll, ex->done_fd) != 0) {
+        tfd_log(TFD_LOG_ERROR, "cannot watch a completion eventfd: %s", strerror(errno));
+        if (ex->done_fd >= 0) close(ex->done_fd);
+        free(ex);
+        return TF_ERR_IO;
+    }
+    ex->done_poll.data = ex;
+    uv_poll_start(&ex->done_poll, UV_READABLE, on_done_ready);
     ex->workers = calloc((size_t)ex->n_workers, sizeof(pthread_t));
     if (!ex->workers) return TF_ERR_NO_MEMORY;
     for (int i = 0; i < ex->n_workers; i++) {
@@ -350,7 +378,12 @@ tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_
     return TF_OK;
 }
 
-static void on_async_closed(uv_handle_t *h) { free(h->data); }
+/* The executor goes once libuv has let go of its watch on the completion eventfd. */
+static void on_done_poll_closed(uv_handle_t *h) {
+    tfd_executor *ex = h->data;
+    close(ex->done_fd);
+    free(ex);
+}
 
 void tfd_executor_stop(tfd_executor *ex) {
     pthread_mutex_lock(&ex->lock);
@@ -364,8 +397,9 @@ void tfd_executor_stop(tfd_executor *ex) {
     pthread_mutex_unlock(&ex->event_lock);
     if (ex->event_thread) pthread_join(ex->event_thread, NULL);
     free(ex->workers);
-    /* The executor is freed once libuv has closed its async handle. */
-    uv_close((uv_handle_t *)&ex->done_async, on_async_closed);
+    /* The executor is freed once libuv has closed its watch on the eventfd. */
+    uv_poll_stop(&ex->done_poll);
+    uv_close((uv_handle_t *)&ex->done_poll, on_done_poll_closed);
 }
 
 tf_status tfd_stream_create(tfd_executor *ex, int priority, tfd_stream **out, char *msg,

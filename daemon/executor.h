@@ -7,9 +7,9 @@
  * different workers concurrently, so one client's work never waits behind
  * another's on a single thread. Items that someone waits for (markers, reads)
  * complete through the backend's events: a worker records an event after the
- * item, a completion thread waits on it, and the loop thread is woken with
- * uv_async_send to run the item's callback. The loop thread never blocks on
- * device work.
+ * item, a completion thread waits on it, and the loop thread is woken
+ * through an eventfd it watches to run the item's callback. The loop thread
+ * never blocks on device work.
  *
  * Failure is sticky until reported: once an item fails, every later operation
  * and read on that stream is skipped until the next marker, which reports the
