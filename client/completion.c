@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
+#include "common/spin.h"
 
 /* Longest sleep on a slot before the connection is checked again. */
 #define WAIT_STEP_NS 100000000L
@@ -128,29 +129,13 @@ void tf__slot_detach(tf_client *c, uint32_t slot) {
     c->slot_detached[slot / 64] |= (uint64_t)1 << (slot % 64);
 }
 
-/* One relaxing instruction for a spin loop. */
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-/* Nanoseconds of CLOCK_MONOTONIC. */
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Polls *word for up to spin_us microseconds; returns 1 once it no longer holds `value`. */
 static int spin_while(uint32_t *word, uint32_t value, uint32_t spin_us) {
-    const uint64_t start = now_ns(), limit = (uint64_t)spin_us * 1000u;
+    const uint64_t start = tf__now_ns(), limit = (uint64_t)spin_us * 1000u;
     for (unsigned i = 1;; i++) {
         if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value) return 1;
-        cpu_relax();
-        if ((i & 63) == 0 && now_ns() - start > limit) return 0;
+        tf__cpu_relax();
+        if ((i & 63) == 0 && tf__now_ns() - start > limit) return 0;
     }
 }
 

@@ -1,13 +1,6 @@
 /* Busy polling (see busy-poll.h). */
-#include <time.h>
-
+#include "common/spin.h"
 #include "daemon/busy-poll.h"
-
-uint64_t tfd_now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 void tfd_busy_poll_set(tfd_busy_poll *bp, uint64_t window_us) {
     atomic_store_explicit(&bp->window_ns, window_us * 1000u, memory_order_relaxed);
@@ -15,7 +8,7 @@ void tfd_busy_poll_set(tfd_busy_poll *bp, uint64_t window_us) {
 
 void tfd_busy_poll_touch(tfd_busy_poll *bp) {
     if (atomic_load_explicit(&bp->window_ns, memory_order_relaxed))
-        atomic_store_explicit(&bp->last_ns, tfd_now_ns(), memory_order_relaxed);
+        atomic_store_explicit(&bp->last_ns, tf__now_ns(), memory_order_relaxed);
 }
 
 void tfd_busy_poll_hold(tfd_busy_poll *bp) { atomic_fetch_add_explicit(&bp->holds, 1, memory_order_relaxed); }
@@ -29,15 +22,7 @@ int tfd_busy_poll_active(tfd_busy_poll *bp) {
     uint64_t window = atomic_load_explicit(&bp->window_ns, memory_order_relaxed);
     if (!window) return 0;
     if (atomic_load_explicit(&bp->holds, memory_order_relaxed) > 0) return 1;
-    return tfd_now_ns() - atomic_load_explicit(&bp->last_ns, memory_order_relaxed) < window;
-}
-
-void tfd_cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
+    return tf__now_ns() - atomic_load_explicit(&bp->last_ns, memory_order_relaxed) < window;
 }
 
 void tfd_loop_run(uv_loop_t *loop, tfd_busy_poll *bp, const tfd_loop_poller *poller) {

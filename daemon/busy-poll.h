@@ -22,9 +22,6 @@ typedef struct tfd_busy_poll {
     atomic_int holds;               /* work in flight that keeps the window open */
 } tfd_busy_poll;
 
-/* Nanoseconds of CLOCK_MONOTONIC. */
-uint64_t tfd_now_ns(void);
-
 /* Sets the window (0 = never poll). */
 void tfd_busy_poll_set(tfd_busy_poll *bp, uint64_t window_us);
 
@@ -37,9 +34,6 @@ void tfd_busy_poll_release(tfd_busy_poll *bp);
 
 /* 1 while something holds the window open or the last activity is less than one window ago. */
 int tfd_busy_poll_active(tfd_busy_poll *bp);
-
-/* One relaxing instruction for a polling loop. */
-void tfd_cpu_relax(void);
 
 /*
  * What the loop polls besides its file descriptors (shared-memory mailboxes).

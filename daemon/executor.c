@@ -1,6 +1,6 @@
 /*
  * The executor (see executor.h): stream FIFOs, the worker pool, the completion
- * thread, and the async handle that hands completed items to the loop.
+ * thread, and the eventfd through which completed items reach the loop.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/frame.h"
+#include "common/spin.h"
 #include "daemon/executor.h"
 #include "daemon/log.h"
 
@@ -134,7 +135,7 @@ static void await_event_locked(tfd_executor *ex) {
             pthread_mutex_unlock(&ex->event_lock);
             while (!atomic_load_explicit(&ex->events_queued, memory_order_relaxed) &&
                    tfd_busy_poll_active(ex->busy_poll))
-                tfd_cpu_relax();
+                tf__cpu_relax();
             pthread_mutex_lock(&ex->event_lock);
             continue;
         }

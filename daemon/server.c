@@ -12,20 +12,16 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/spin.h"
 #include "daemon/backend/registry.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/server.h"
 
-uint64_t tfd_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+uint64_t tfd_now_ms(void) { return tf__now_ns() / 1000000u; }
 
 static void on_connection(uv_stream_t *listener, int status) {
     tfd_server *srv = listener->data;
