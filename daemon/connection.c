@@ -464,7 +464,7 @@ static void parse_frames(tfd_conn *c) {
 static void serve_input(tfd_conn *c) {
     tfd_conn_reap_transfers(c);
     parse_frames(c);
-    if (!c->closing && !c->paused) tfd_conn_poll_mailbox(c);
+    (void)tfd_conn_poll_mailbox(c);
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {

@@ -157,12 +157,13 @@ static void on_transfer_early(tfd_item *it) {
 }
 
 /*
- * Loop thread, once the copy completed: releases the marks, counts it, frees
- * what a released transfer moved, and (publish) writes the slot when no
- * executor thread did.
+ * Loop thread, once the copy completed and its outcome is in the slot (the
+ * executor runs an item's early hook before its callback): releases the
+ * marks, counts it, frees what a released transfer moved.
  */
-static void finalize(tfd_conn *c, tfd_transfer *tr, tf_status st, int publish) {
+static void finalize(tfd_conn *c, tfd_transfer *tr) {
     tfd_server *srv = c->srv;
+    const tf_status st = tr->status;
     tr->done = 1;
     tfd_pinned *b = tfd_pinned_table_find(&c->buffers, tr->buffer);
     if (b) b->in_flight = 0;
@@ -184,8 +185,6 @@ static void finalize(tfd_conn *c, tfd_transfer *tr, tf_status st, int publish) {
         transfer_drop(tr);
         return;
     }
-    /* Released or not, the slot reads DONE once the daemon has let go of it: the client may reuse it. */
-    if (publish) tfd_completion_post(c->completion, tr->slot, st);
     if (tr->detached) {
         c->transfers[tr->slot] = NULL;
         free_released(c, tr);
@@ -200,7 +199,7 @@ void tfd_conn_reap_transfers(tfd_conn *c) {
     for (uint32_t s = 0; s < TF__COMPLETION_SLOTS; s++) {
         tfd_transfer *tr = c->transfers[s];
         if (tr && !tr->done && atomic_load_explicit(&tr->completed, memory_order_acquire))
-            finalize(c, tr, tr->status, 0);
+            finalize(c, tr);
     }
 }
 
@@ -208,12 +207,10 @@ void tfd_conn_reap_transfers(tfd_conn *c) {
 static void on_transfer_done(tfd_item *it) {
     tfd_transfer *tr = it->done_arg;
     tfd_conn *c = tr->conn;
-    tf_status st = it->outcome.status;
-    int published = it->early != NULL;
     tfd_item_free(it);
     c->transfers_in_flight--;
     tfd_busy_poll_release(&c->srv->busy_poll);
-    if (!tr->done) finalize(c, tr, st, !published);
+    if (!tr->done) finalize(c, tr);
     tr->item_alive = 0;
     if (tr->dropped) free(tr);
     if (c->closing) tfd_conn_maybe_free(c);

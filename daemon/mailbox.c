@@ -25,13 +25,14 @@
 /* Reads a 32- or 64-bit field of the shared mailbox once. */
 #define READ_ONCE(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 
-void tfd_conn_poll_mailbox(tfd_conn *c) {
+int tfd_conn_poll_mailbox(tfd_conn *c) {
     tf__mailbox *m = c->mailbox;
+    /* Sequentially consistent: ordered after a store of daemon_polling = 0 (completion.h). */
     if (!m || c->closing || c->paused ||
-        __atomic_load_n(&m->state, __ATOMIC_ACQUIRE) != TF__MAILBOX_SUBMITTED)
-        return;
+        __atomic_load_n(&m->state, __ATOMIC_SEQ_CST) != TF__MAILBOX_SUBMITTED)
+        return 0;
     /* Frames sent before the request are not all handled yet: it waits for them. */
-    if (READ_ONCE(m->after_seq) > c->dispatched_seq) return;
+    if (READ_ONCE(m->after_seq) > c->dispatched_seq) return 0;
     tfd_transfer_request r = {
         .direction = READ_ONCE(m->direction),
         .buffer = READ_ONCE(m->buffer),
@@ -54,23 +55,17 @@ void tfd_conn_poll_mailbox(tfd_conn *c) {
     __atomic_store_n(&m->state, (uint32_t)TF__MAILBOX_ANSWERED, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&m->client_sleeping, __ATOMIC_SEQ_CST))
         syscall(SYS_futex, &m->state, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    return 1;
 }
 
 void tfd_handle_mailbox_doorbell(tfd_conn *c, Tenferro__Frame *frame) {
     tf__frame_free(frame);
-    tfd_conn_poll_mailbox(c);
+    (void)tfd_conn_poll_mailbox(c);
 }
 
 int tfd_server_poll_mailboxes(tfd_server *srv) {
     int served = 0;
-    for (tfd_conn *c = srv->conns; c; c = c->next) {
-        /* Sequentially consistent: ordered after a store of daemon_polling = 0 (completion.h). */
-        if (!c->mailbox || c->closing ||
-            __atomic_load_n(&c->mailbox->state, __ATOMIC_SEQ_CST) != TF__MAILBOX_SUBMITTED)
-            continue;
-        tfd_conn_poll_mailbox(c);
-        served += __atomic_load_n(&c->mailbox->state, __ATOMIC_RELAXED) != TF__MAILBOX_SUBMITTED;
-    }
+    for (tfd_conn *c = srv->conns; c; c = c->next) served += tfd_conn_poll_mailbox(c);
     return served;
 }
 

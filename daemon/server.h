@@ -297,12 +297,13 @@ tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_
 /*
  * Submission mailboxes (mailbox.c): a request a client wrote into its
  * mailbox is started once every frame it sent before has been handled, and
- * answered in the mailbox. tfd_conn_poll_mailbox serves one connection;
- * tfd_server_poll_mailboxes serves them all and returns how many it served.
+ * answered in the mailbox. tfd_conn_poll_mailbox serves one connection and
+ * returns 1 when it answered a request; tfd_server_poll_mailboxes serves
+ * them all and returns how many it answered.
  * tfd_server_mailboxes_polled tells clients whether the loop is polling
  * (1) or about to sleep (0), when they must ring the doorbell.
  */
-void tfd_conn_poll_mailbox(tfd_conn *c);
+int tfd_conn_poll_mailbox(tfd_conn *c);
 void tfd_handle_mailbox_doorbell(tfd_conn *c, Tenferro__Frame *frame);
 int tfd_server_poll_mailboxes(tfd_server *srv);
 void tfd_server_mailboxes_polled(tfd_server *srv, int polling);
