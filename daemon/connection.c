@@ -176,7 +176,7 @@ static void retry_held_later(tfd_conn *c) {
  */
 static void flush_held(tfd_conn *c) {
     while (c->held_head) {
-        /* A closing connection handed what was held to libuv (release_held). */
+        /* A closing connection handed what was held to libuv (empty_held). */
         if (c->closing || c->pipe_closed || uv_is_closing((uv_handle_t *)&c->pipe)) return;
         tfd_held_frame *h = c->held_head;
         if (h->fd >= 0) {
@@ -241,31 +241,22 @@ void tfd_conn_send_with_fd(tfd_conn *c, Tenferro__Frame *frame, int fd) {
     flush_held(c);
 }
 
-/* Drops the replies that never went out, closing their descriptors. */
-static void drop_held(tfd_conn *c) {
-    while (c->held_head) {
-        tfd_held_frame *h = c->held_head;
-        c->held_head = h->next;
-        if (h->fd >= 0) close(h->fd);
-        free(h->bytes);
-        free(h);
-    }
-    c->held_tail = NULL;
-}
-
 /*
- * A closing connection's held replies go out in order through libuv, whose
- * shutdown waits for them, so a last word (the Result with seq 0 saying why
- * the connection ends) queued behind a reply with a descriptor still reaches
- * the client. The descriptors are dropped: nothing on that connection will
- * use them any more.
+ * Empties the held replies, closing their descriptors: nothing on a closing
+ * connection will use them. With `send` the replies go out in order through
+ * libuv, whose shutdown waits for them, so a last word (the Result with seq 0
+ * saying why the connection ends) queued behind a reply with a descriptor
+ * still reaches the client; without it (the pipe is gone) they are dropped.
  */
-static void release_held(tfd_conn *c) {
+static void empty_held(tfd_conn *c, int send) {
     while (c->held_head) {
         tfd_held_frame *h = c->held_head;
         c->held_head = h->next;
         if (h->fd >= 0) close(h->fd);
-        write_bytes(c, h->bytes, h->len, 0);
+        if (send)
+            write_bytes(c, h->bytes, h->len, 0);
+        else
+            free(h->bytes);
         free(h);
     }
     c->held_tail = NULL;
@@ -326,7 +317,7 @@ void tfd_conn_maybe_free(tfd_conn *c) {
     tfd_tensor_table_destroy(&c->tensors);
     tfd_conn_buffers_release(c, 1);
     tfd_conn_transfers_forget(c);
-    drop_held(c);
+    empty_held(c, 0);
     free(c->rbuf);
     tfd_log(TFD_LOG_DEBUG, "client %llu gone", (unsigned long long)c->client_id);
     free(c);
@@ -369,7 +360,7 @@ void tfd_conn_close(tfd_conn *c) {
     if (c->closing) return;
     c->closing = 1;
     uv_read_stop((uv_stream_t *)&c->pipe);
-    if (!c->pipe_closed && !uv_is_closing((uv_handle_t *)&c->pipe)) release_held(c);
+    if (!c->pipe_closed && !uv_is_closing((uv_handle_t *)&c->pipe)) empty_held(c, 1);
     if (c->held_timer) {
         uv_close((uv_handle_t *)c->held_timer, (uv_close_cb)free);
         c->held_timer = NULL;

@@ -54,14 +54,6 @@ typedef struct creation {
     uint64_t seq, id, bytes;
 } creation;
 
-/* Gives back what a reserved buffer held in the books: its record, its bytes. */
-static void unreserve(tfd_conn *c, uint64_t id) {
-    tfd_pinned rec;
-    if (tfd_pinned_table_remove(&c->buffers, id, &rec) != 0) return;
-    c->srv->counters.pinned_buffers_live--;
-    c->srv->counters.pinned_bytes_live -= rec.bytes;
-}
-
 /*
  * Loop, once the thread pool has made (or failed to make) the buffer: fills
  * the reserved record and answers with the memfd, or gives the reservation
@@ -75,11 +67,15 @@ static void on_created(void *arg, tf_status st, const tfd_pinned *b, int fd, con
     c->buffer_creations--;
     tfd_pinned *rec = tfd_pinned_table_find(&c->buffers, cr->id);
     if (st != TF_OK || c->closing || !rec) {
-        if (rec) unreserve(c, cr->id);
+        /* The reservation goes, with the buffer if it was made (nobody is left to take it). */
         if (st == TF_OK) {
             close(fd);
-            tfd_pinned_destroy_async(srv->loop, &srv->backend, b);
+            if (rec)
+                *rec = *b;
+            else
+                tfd_pinned_destroy_async(srv->loop, &srv->backend, b);
         }
+        tfd_conn_buffer_drop(c, cr->id);
         if (!c->closing) {
             tfd_conn_reply(c, cr->seq, st, "%s", msg);
             tfd_conn_resume(c);
@@ -134,7 +130,7 @@ void tfd_handle_buffer_create(tfd_conn *c, Tenferro__Frame *frame) {
     srv->counters.pinned_bytes_live += bytes;
     if (tfd_pinned_create_async(srv->loop, &srv->backend, id, (size_t)bytes, on_created, cr) !=
         TF_OK) {
-        unreserve(c, id);
+        tfd_conn_buffer_drop(c, id);
         free(cr);
         tfd_conn_reply(c, seq, TF_ERR_NO_MEMORY, "out of host memory");
         return;
@@ -166,7 +162,8 @@ void tfd_handle_buffer_free(tfd_conn *c, Tenferro__Frame *frame) {
 void tfd_conn_buffer_drop(tfd_conn *c, uint64_t id) {
     tfd_pinned b;
     if (tfd_pinned_table_remove(&c->buffers, id, &b) != 0) return;
-    tfd_pinned_destroy_async(c->srv->loop, &c->srv->backend, &b);
+    /* A reservation whose memfd was never made has nothing to unregister or unmap. */
+    if (b.map) tfd_pinned_destroy_async(c->srv->loop, &c->srv->backend, &b);
     c->srv->counters.pinned_buffers_live--;
     c->srv->counters.pinned_bytes_live -= b.bytes;
 }
