@@ -895,6 +895,30 @@ START_TEST(test_pinned_limits) {
 }
 END_TEST
 
+/* The size of the reply that keeps the daemon's write queue busy. */
+#define BIG_REPLY ((size_t)8 << 20)
+
+/*
+ * Creates tensor 1 of BIG_REPLY bytes and asks for all of it without reading
+ * the reply: the socket cannot take it at once, so the rest waits in the
+ * daemon's write queue. Returns the Download's sequence number once the
+ * daemon has produced the reply.
+ */
+static uint64_t queue_big_reply(const th_daemon *d, const raw_client *c) {
+    const int64_t shape[1] = {(int64_t)(BIG_REPLY / sizeof(double))};
+    tensor_create(c->fd, 1, 1, shape);
+    const uint64_t downloaded = th_counter(d, "bytes_downloaded");
+    Tenferro__Frame f;
+    Tenferro__Download dl;
+    static pipeline p;
+    p.len = 0;
+    build_download(&f, &dl, 1, BIG_REPLY);
+    uint64_t seq = pipe_add(&p, &f);
+    pipe_send(c->fd, &p);
+    expect_counter(d, "bytes_downloaded", downloaded + BIG_REPLY);
+    return seq;
+}
+
 /*
  * A connection that ends while a reply with a descriptor is held behind a
  * big one (a protocol error after a BufferCreate, the client not reading):
@@ -905,22 +929,13 @@ START_TEST(test_last_word_behind_held_descriptor) {
     th_daemon d;
     CK_DAEMON_START(&d, "--workers", "2");
     raw_client c = raw_open(&d);
-    const size_t big = 8u << 20;
-    const int64_t shape[1] = {(int64_t)(big / sizeof(double))};
-    tensor_create(c.fd, 1, 1, shape);
-    const uint64_t downloaded = th_counter(&d, "bytes_downloaded");
-    Tenferro__Frame f[2];
-    Tenferro__Download dl;
+    const uint64_t s_big = queue_big_reply(&d, &c);
+    Tenferro__Frame f;
     Tenferro__BufferCreate bc;
     static pipeline p;
     p.len = 0;
-    build_download(&f[0], &dl, 1, big);
-    uint64_t s_big = pipe_add(&p, &f[0]);
-    pipe_send(c.fd, &p);
-    expect_counter(&d, "bytes_downloaded", downloaded + big);
-    p.len = 0;
-    build_create(&f[1], &bc, 1, 4096);
-    uint64_t s_create = pipe_add(&p, &f[1]);
+    build_create(&f, &bc, 1, 4096);
+    uint64_t s_create = pipe_add(&p, &f);
     /* A frame whose body does not decode: the connection ends with a protocol error. */
     const uint8_t junk[] = {5, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff};
     memcpy(p.bytes + p.len, junk, sizeof junk);
@@ -929,7 +944,7 @@ START_TEST(test_last_word_behind_held_descriptor) {
     usleep(100 * 1000);
 
     Tenferro__Frame *r = recv_reply(c.fd, s_big);
-    ck_assert_uint_eq(r->download_reply->data.len, big);
+    ck_assert_uint_eq(r->download_reply->data.len, BIG_REPLY);
     tf__frame_free(r);
     int passed;
     r = th_raw_recv_fd(c.fd, RAW_TIMEOUT_MS, &passed);
@@ -957,21 +972,12 @@ START_TEST(test_descriptor_waits_behind_queued_reply) {
     th_daemon d;
     CK_DAEMON_START(&d, "--workers", "2");
     raw_client c = raw_open(&d);
-    const size_t big = 8u << 20;
-    const int64_t shape[1] = {(int64_t)(big / sizeof(double))};
-    tensor_create(c.fd, 1, 1, shape);
-    const uint64_t downloaded = th_counter(&d, "bytes_downloaded");
-    /* An 8 MiB reply the socket cannot take at once: the rest waits in the daemon's queue. */
+    const uint64_t s_big = queue_big_reply(&d, &c);
     Tenferro__Frame f[5];
     Tenferro__Download dl[2];
     Tenferro__BufferCreate bc[2];
     Tenferro__StatusRequest sr = TENFERRO__STATUS_REQUEST__INIT;
     static pipeline p;
-    p.len = 0;
-    build_download(&f[0], &dl[0], 1, big);
-    uint64_t s_big = pipe_add(&p, &f[0]);
-    pipe_send(c.fd, &p);
-    expect_counter(&d, "bytes_downloaded", downloaded + big);
     p.len = 0;
     build_create(&f[1], &bc[0], 1, 4096);
     uint64_t s_b1 = pipe_add(&p, &f[1]);
@@ -1005,7 +1011,7 @@ START_TEST(test_descriptor_waits_behind_queued_reply) {
             ck_assert_int_eq(st.st_size, sizes[i]);
             close(passed);
         }
-        if (i == 0) ck_assert_uint_eq(r->download_reply->data.len, big);
+        if (i == 0) ck_assert_uint_eq(r->download_reply->data.len, BIG_REPLY);
         tf__frame_free(r);
     }
     raw_close(&c);
