@@ -16,7 +16,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "daemon/server.h"
+#include "daemon/options.h"
+#include "tenferro/status.h"
 
 /* 1 when uid/gid matches any of the n principals of list (users by uid, @groups by membership). */
 int tfd_access_matches(const tfd_principal *list, int n, uid_t uid, gid_t gid);

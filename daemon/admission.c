@@ -6,6 +6,9 @@
  */
 #include <stdlib.h>
 
+#include "daemon/admission.h"
+#include "daemon/conn.h"
+#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 

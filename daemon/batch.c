@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "daemon/batch.h"
+#include "daemon/conn.h"
 #include "daemon/quota.h"
 #include "daemon/server.h"
 

@@ -13,6 +13,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "common/frame.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
 

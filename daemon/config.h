@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "daemon/server.h"
+#include "daemon/options.h"
 
 #define TFD_DEFAULT_CONFIG_PATH "/etc/tenferro/tenferrod.conf"
 

@@ -13,6 +13,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "daemon/admission.h"
+#include "daemon/batch.h"
+#include "daemon/conn.h"
+#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/server.h"

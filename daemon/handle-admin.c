@@ -12,8 +12,11 @@
 #include <unistd.h>
 
 #include "daemon/access.h"
+#include "daemon/conn.h"
+#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/options.h"
 #include "daemon/server.h"
 
 /* Names of the kinds, for the log and for refusals. */

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "daemon/conn.h"
+#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/pinned-work.h"
 #include "daemon/quota.h"

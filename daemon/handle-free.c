@@ -4,6 +4,9 @@
  * reading valid memory. No reply: a handle that is not live is only counted,
  * and a tensor in a pending transfer is kept (the client refuses that first).
  */
+#include "daemon/batch.h"
+#include "daemon/conn.h"
+#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "daemon/access.h"
+#include "daemon/conn.h"
+#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 

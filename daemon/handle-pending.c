@@ -35,8 +35,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/batch.h"
+#include "daemon/conn.h"
+#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "daemon/transfer.h"
 
 /*
  * A transfer, from its acceptance until its slot is used again (or it is

@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/admission.h"
+#include "daemon/batch.h"
+#include "daemon/conn.h"
+#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 

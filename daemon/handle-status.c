@@ -4,6 +4,10 @@
  */
 #include <stdlib.h>
 
+#include "daemon/conn.h"
+#include "daemon/counters.h"
+#include "daemon/handlers.h"
+#include "daemon/options.h"
 #include "daemon/server.h"
 
 void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {

@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/batch.h"
+#include "daemon/conn.h"
+#include "daemon/handlers.h"
 #include "daemon/quota.h"
 #include "daemon/server.h"
 

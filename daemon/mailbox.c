@@ -19,8 +19,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "daemon/conn.h"
+#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "daemon/transfer.h"
 
 /* Reads a 32- or 64-bit field of the shared mailbox once. */
 #define READ_ONCE(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)

@@ -7,8 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/frame.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
+#include "daemon/options.h"
 #include "daemon/server.h"
 
 static void usage(FILE *out) {

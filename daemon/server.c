@@ -17,8 +17,10 @@
 #include "common/spin.h"
 #include "daemon/backend/registry.h"
 #include "daemon/config.h"
+#include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
+#include "daemon/options.h"
 #include "daemon/server.h"
 
 uint64_t tfd_now_ms(void) { return tf__now_ns() / 1000000u; }

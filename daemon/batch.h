@@ -1,0 +1,39 @@
+/*
+ * Batches of operations (batch.c): validation against the connection's
+ * tensors and quotas, and their enqueueing on its stream; the lookups of a
+ * usable tensor that every handler shares.
+ */
+#ifndef TENFERRO_DAEMON_BATCH_H
+#define TENFERRO_DAEMON_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/frame.h"
+#include "daemon/conn.h"
+#include "daemon/tensor-table.h"
+#include "tenferro/status.h"
+
+/* What a batch came to: accepted count, or the failing index and why. */
+typedef struct tfd_batch_result {
+    tf_status status;
+    int has_failed_index;
+    uint32_t failed_index;
+    uint64_t accepted;
+    uint64_t batch; /* id the executor reports failures of this batch under */
+    char message[512];
+} tfd_batch_result;
+void tfd_batch_enqueue(tfd_conn *c, Tenferro__Op **ops, size_t n_ops, tfd_batch_result *out);
+
+/*
+ * The tensor `id` of this connection when a request may use it: live, and in
+ * no pending transfer. Otherwise NULL, with the typed status in *status and a
+ * message starting with `what` (then "input N" when input >= 0) in msg.
+ */
+tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, int input,
+                              tf_status *status, char *msg, size_t msg_len);
+
+/* Enqueues a FREE item for a tensor already removed from the table. */
+void tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec);
+
+#endif

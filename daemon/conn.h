@@ -1,0 +1,132 @@
+/*
+ * The connection record (one per client) and its plumbing (connection.c):
+ * reading and framing, replies (and the few that carry a descriptor), the
+ * pause used by requests that finish off the loop, and the close path.
+ */
+#ifndef TENFERRO_DAEMON_CONN_H
+#define TENFERRO_DAEMON_CONN_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "common/completion.h"
+#include "common/frame.h"
+#include "daemon/executor.h"
+#include "daemon/pinned.h"
+#include "daemon/reservation.h"
+#include "daemon/server.h"
+#include "daemon/tensor-table.h"
+
+struct tfd_transfer;
+struct tfd_held_frame;
+
+/* A request waiting for the execution domain (policy `wait`); freed when its timer closes. */
+typedef struct tfd_queued_request {
+    uv_timer_t timer; /* first: the timer's close callback frees the whole record */
+    tfd_waiter waiter;
+    tfd_conn *conn;
+    Tenferro__Frame *frame; /* the request, replayed when admitted */
+} tfd_queued_request;
+
+struct tfd_conn {
+    uv_pipe_t pipe; /* first: libuv handles point back to the connection */
+    tfd_server *srv;
+    tfd_conn *next, *prev;
+    uint64_t client_id;
+    pid_t pid;
+    uid_t uid;
+    gid_t gid;
+    char name[64];
+    int hello_done;
+    int closing;         /* no more frames are read or answered */
+    int pipe_closed;     /* libuv closed the pipe */
+    int stream_drained;  /* the final marker completed */
+    int paused;          /* reads stop until a request finishes off the loop (tfd_conn_pause) */
+    uint32_t buffer_creations; /* BufferCreates on the thread pool; the connection waits for them */
+
+    uint8_t *rbuf;
+    size_t rstart, rlen, rcap; /* unread bytes are rbuf[rstart .. rstart+rlen) */
+
+    tfd_tensor_table tensors;
+    tfd_stream *stream;
+    uint64_t session_id; /* held session, 0 if none */
+    int scoped_active;   /* a scoped root is between its first and final frame */
+    int priority;        /* stream priority class chosen at the handshake */
+    tfd_queued_request *queued; /* request waiting for the domain, or NULL */
+    int admitted_from_queue;    /* the replayed request was admitted while queued */
+    uint64_t admitted_session_id;
+
+    /* Pinned buffers and pending transfers (handle-buffer.c, handle-pending.c). */
+    tf__completion_slot *completion; /* the daemon's mapping of the client's completion page */
+    tf__mailbox *mailbox;            /* the submission mailbox in that mapping */
+    uint64_t dispatched_seq;         /* highest sequence number of a frame handled so far */
+    tfd_pinned_table buffers;
+    /* Each slot's transfer: in flight, or completed and kept until the slot is used again. */
+    struct tfd_transfer *transfers[TF__COMPLETION_SLOTS];
+    uint32_t transfers_in_flight;      /* items of transfers that have not called back */
+    atomic_uint transfers_unreaped;    /* completions published since the last reap */
+
+    /* Replies held back behind one that carries a file descriptor (connection.c). */
+    struct tfd_held_frame *held_head, *held_tail;
+    uv_timer_t *held_timer; /* retries such a reply while the socket is full */
+};
+
+/* Connection plumbing (connection.c). */
+void tfd_conn_accept(tfd_server *srv);
+/* Encodes and queues a frame; closes the connection if it cannot be encoded. */
+void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame);
+/*
+ * Sends a frame with file descriptor fd as SCM_RIGHTS on its first byte, in
+ * order with every other reply; takes ownership of fd (closed once sent, or
+ * when the connection goes).
+ */
+void tfd_conn_send_with_fd(tfd_conn *c, Tenferro__Frame *frame, int fd);
+/* Sends `result` as the answer to request `seq`, with file descriptor `fd` attached unless it is -1. */
+void tfd_conn_send_result(tfd_conn *c, uint64_t seq, Tenferro__Result *result, int fd);
+/* Sends a Result frame answering request `seq`. */
+void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Reports a protocol error to the peer if possible and closes this connection only. */
+void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Starts closing: frees the connection's tensors, drains its stream, releases what it held. */
+void tfd_conn_close(tfd_conn *c);
+/*
+ * Stops handling the connection's input (frames already read wait too) until
+ * tfd_conn_resume, for a request that finishes off the loop: the requests
+ * after it are handled after it, as they would be had it finished at once.
+ */
+void tfd_conn_pause(tfd_conn *c);
+void tfd_conn_resume(tfd_conn *c);
+
+/* Queues a marker whose completion runs done(item) with item->done_arg. */
+tf_status tfd_conn_enqueue_marker(tfd_conn *c, tfd_item_done_fn done, void *arg);
+
+/* Frees a closing connection once its pipe is closed, its stream drained and no transfer is in flight. */
+void tfd_conn_maybe_free(tfd_conn *c);
+
+/* A connection's pinned buffers (handle-buffer.c): removes buffer id from c's table, unregisters and unmaps it, and counts it gone. */
+void tfd_conn_buffer_drop(tfd_conn *c, uint64_t id);
+/*
+ * Releases c's pinned memory: at close (all = 0) every buffer no transfer
+ * uses; at the final free (all = 1) every buffer and the completion page.
+ */
+void tfd_conn_buffers_release(tfd_conn *c, int all);
+/*
+ * Finalizes on the loop every transfer whose completion an executor thread
+ * already published, so the next frame finds its buffer and tensor free.
+ */
+void tfd_conn_reap_transfers(tfd_conn *c);
+
+/* Frees the records of completed transfers kept for a late release (handle-pending.c). */
+void tfd_conn_transfers_forget(tfd_conn *c);
+
+/*
+ * Serves one connection's submission mailbox (mailbox.c): a request the
+ * client wrote there is started once every frame it sent before has been
+ * handled, and answered in the mailbox. Returns 1 when it answered one.
+ */
+int tfd_conn_poll_mailbox(tfd_conn *c);
+
+#endif

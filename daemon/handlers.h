@@ -1,0 +1,31 @@
+/*
+ * The request handlers, one file each (handle-*.c), and the dispatcher that
+ * routes a decoded frame to the handler named after its body.
+ */
+#ifndef TENFERRO_DAEMON_HANDLERS_H
+#define TENFERRO_DAEMON_HANDLERS_H
+
+#include "common/frame.h"
+#include "daemon/conn.h"
+
+/* Routes one decoded frame to its handler (dispatch.c); takes ownership of it. */
+void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame);
+
+/* Request handlers, one file each. A handler takes ownership of the frame. */
+void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_free(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_session_open(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_submit(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_session_release(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_admin(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_buffer_create(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_buffer_free(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_transfer_release(tfd_conn *c, Tenferro__Frame *frame);
+/* A client rang: the loop looks at its submission mailbox (mailbox.c). */
+void tfd_handle_mailbox_doorbell(tfd_conn *c, Tenferro__Frame *frame);
+
+#endif
