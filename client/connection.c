@@ -214,6 +214,7 @@ static tf_status read_frame(tf_client *c, Tenferro__Frame **out) {
     if (f->seq == 0 && f->body_case == TENFERRO__FRAME__BODY_RESULT) {
         c->broken = 1;
         tf_status why = (tf_status)f->result->status;
+        c->last_word = why == TF_OK ? TF_ERR_PROTOCOL : why;
         tf__fail(c, why == TF_OK ? TF_ERR_PROTOCOL : why, "tenferrod closed the connection: %s",
                  f->result->message);
         tf__frame_free(f);
@@ -321,6 +322,8 @@ static tf_status handshake(tf_client *c) {
     req.hello = &hello;
     Tenferro__Frame *reply = NULL;
     tf_status st = tf__call(c, &req, &reply);
+    /* Refused before its Hello was read (at accept): the daemon's last word is the answer. */
+    if (st == TF_ERR_DISCONNECTED && c->last_word != TF_OK) return c->last_word;
     if (st != TF_OK) return st;
     if (reply->body_case == TENFERRO__FRAME__BODY_RESULT) {
         st = tf__result_status(c, reply->result);

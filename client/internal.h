@@ -86,6 +86,7 @@ struct tf_client {
     uint64_t next_seq;
     uint64_t next_tensor_id;
     uint64_t max_frame_bytes;
+    tf_status last_word; /* status of the daemon's closing Result (seq 0), TF_OK if none came */
     uint64_t client_id;
     char device[256];
     char last_error[512];

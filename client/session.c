@@ -10,7 +10,7 @@
 #include "client/internal.h"
 
 /* Largest number of operations carried in one Submit frame; longer queues travel in several. */
-#define OPS_PER_FRAME 65536
+#define OPS_PER_FRAME TF__MAX_OPS_PER_SUBMIT
 /* Room kept in a Submit frame for its own fields (sequence number, session id, mode, nesting). */
 #define SUBMIT_FIELDS_BYTES 64
 /* Bytes an encoded operation adds to a frame beyond its own size: field tag and length prefix. */

@@ -5,12 +5,15 @@
  * the form differs. Strings that come from clients (their names) are escaped
  * for each format: JSON gets \u escapes and U+FFFD for bytes that are not
  * UTF-8 (a name cut at the daemon's 63-byte limit can end mid-character),
- * Prometheus label values get \\, \" and \n.
+ * Prometheus label values get \\, \" and \n, and the text form shows every
+ * byte that is not printable ASCII as \xHH (no escape sequence reaches the
+ * operator's terminal, whatever the daemon sent).
  */
 #include <inttypes.h>
 #include <string.h>
 
 #include "client/tenferroctl.h"
+#include "common/sanitize.h"
 
 /* ---- text ---- */
 
@@ -38,14 +41,21 @@ static void print_quota(FILE *out, const char *who, const Tenferro__Quota *q) {
     fputc('\n', out);
 }
 
+/* A string from the report made safe for a terminal (escape sequences shown, not sent). */
+static const char *shown(const char *in, char *buf, size_t len) {
+    tf__sanitize_name(in ? in : "", buf, len);
+    return buf;
+}
+
 void tfctl_print_status_text(FILE *out, const Tenferro__StatusReply *s) {
-    fprintf(out, "device:   %s\n", s->device);
+    char safe[1024];
+    fprintf(out, "device:   %s\n", shown(s->device, safe, sizeof safe));
     fprintf(out, "version:  tenferrod %s, up ", s->daemon_version);
     print_age(out, s->uptime_ms);
     fprintf(out, ", reservation policy %s\n", s->policy);
     if (s->device_error && s->device_error[0])
         fprintf(out, "DEVICE LOST: %s (tenferrod is exiting for its service manager to restart it)\n",
-                s->device_error);
+                shown(s->device_error, safe, sizeof safe));
     if (s->draining)
         fprintf(out, "DRAINING: new connections are refused; tenferrod exits when its last client "
                      "leaves\n");
@@ -66,7 +76,8 @@ void tfctl_print_status_text(FILE *out, const Tenferro__StatusReply *s) {
         else if (ci->scoped_active)
             snprintf(session, sizeof session, "scoped");
         fprintf(out, "  %-6" PRIu64 " %-8d %-6u %-20s %8" PRIu64 " %12" PRIu64 " %8" PRIu64 " %s\n",
-                ci->client_id, ci->pid, ci->uid, ci->name, ci->live_tensors, ci->live_bytes,
+                ci->client_id, ci->pid, ci->uid, shown(ci->name, safe, sizeof safe), ci->live_tensors,
+                ci->live_bytes,
                 ci->queued_items, session);
     }
 

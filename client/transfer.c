@@ -12,11 +12,10 @@
 #include "client/internal.h"
 
 /* Room left in a frame for data after the message's own fields. */
-#define FRAME_OVERHEAD 4096
 /* Download requests kept in flight at once. */
 #define DOWNLOAD_WINDOW 4
 
-static size_t chunk_bytes(const tf_client *c) { return (size_t)(c->max_frame_bytes - FRAME_OVERHEAD); }
+static size_t chunk_bytes(const tf_client *c) { return (size_t)(c->max_frame_bytes - TF__FRAME_HEADROOM); }
 
 tf_status tf__send_upload(tf_client *c, const tf__handle *h, int create, size_t offset,
                           const void *data, size_t len, uint64_t *seq) {

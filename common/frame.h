@@ -16,6 +16,20 @@
 /* Default and smallest allowed maximum frame size. */
 #define TF__DEFAULT_MAX_FRAME_BYTES ((uint64_t)64 << 20)
 #define TF__MIN_MAX_FRAME_BYTES ((uint64_t)64 << 10)
+/*
+ * Bytes a data-carrying frame keeps free for its other fields: an upload
+ * chunk or a download's length is at most the frame maximum less this, so
+ * the frame that carries it stays within the maximum.
+ */
+#define TF__FRAME_HEADROOM ((uint64_t)4096)
+/* Operations one Submit may carry; the client splits longer queues. */
+#define TF__MAX_OPS_PER_SUBMIT 65536
+/*
+ * Decoded bytes a frame of `len` bytes may take: its data twice over and
+ * room for a full Submit. A frame that would decode into more (millions of
+ * tiny messages) is refused instead of inflating the daemon's memory.
+ */
+#define TF__DECODE_BUDGET(len) (2 * (uint64_t)(len) + ((uint64_t)32 << 20))
 
 /* Reads the body length of the frame whose header starts at p. */
 static inline uint32_t tf__frame_peek_length(const uint8_t *p) {
@@ -40,6 +54,14 @@ tf_status tf__frame_encode(const Tenferro__Frame *frame, uint64_t max_bytes, uin
 
 /* Decodes a frame body; NULL when it does not decode. Free with tf__frame_free. */
 Tenferro__Frame *tf__frame_decode(const uint8_t *body, size_t len);
+
+/*
+ * Decodes a frame body whose decoded form may take at most `budget` bytes
+ * of memory; NULL when it does not decode or needs more (*over_budget is
+ * then set). Thread-safe: the daemon decodes large frames off its loop.
+ */
+Tenferro__Frame *tf__frame_decode_bounded(const uint8_t *body, size_t len, uint64_t budget,
+                                          int *over_budget);
 
 void tf__frame_free(Tenferro__Frame *frame);
 

@@ -38,6 +38,7 @@ static void on_deadline(uv_timer_t *t) {
                    "the execution domain stayed held for the whole %llu ms deadline",
                    (unsigned long long)c->srv->opt.wait_deadline_ms);
     drop_queued(c, 0);
+    tfd_conn_eof_progress(c);
 }
 
 /* Names the holder in a refusal, so the user knows whom they wait for. */
@@ -124,6 +125,7 @@ void tfd_admission_release(tfd_conn *c) {
         drop_queued(next, 1);
         tfd_log(TFD_LOG_DEBUG, "client %llu admitted from the queue", (unsigned long long)next->client_id);
         tfd_dispatch(next, frame);
+        tfd_conn_eof_progress(next); /* a half-closed client waited for this answer */
     }
 }
 

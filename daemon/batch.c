@@ -4,15 +4,19 @@
  * allocates each output on the connection's stream, and enqueues the accepted
  * prefix. The first invalid (or over-quota) operation stops the batch:
  * everything before it stays enqueued and valid, nothing from it on is
- * created, and the result names its index.
+ * created, and the result names its index. A long batch is checked in
+ * slices (tfd_batch_step): the caller lets other clients' requests be served
+ * between them.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "common/spin.h"
 #include "daemon/batch.h"
 #include "daemon/conn.h"
 #include "daemon/quota.h"
 #include "daemon/server.h"
+#include "daemon/unwritten.h"
 
 _Static_assert((int)TF__OP_ADD == TENFERRO__OP_KIND__OP_ADD, "op kinds match the proto");
 _Static_assert((int)TF__OP_MATMUL == TENFERRO__OP_KIND__OP_MATMUL, "op kinds match the proto");
@@ -135,6 +139,11 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
             tfd_item_free(it);
             return st;
         }
+        st = tfd_unwritten_settle(c, t, msg, len);
+        if (st != TF_OK) {
+            tfd_item_free(it);
+            return st;
+        }
         in_meta[i] = t->meta;
         view_of(t, &d->in[i]);
     }
@@ -151,7 +160,9 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
         tfd_item_free(it);
         return TF_ERR_INVALID_ARGUMENT;
     }
-    tfd_tensor rec = {.id = op->output, .meta = out_meta, .bytes = tf__meta_bytes(&out_meta)};
+    size_t out_bytes = tf__meta_bytes(&out_meta);
+    /* The operation writes every byte of its output (the executor zeroes it if the op does not run). */
+    tfd_tensor rec = {.id = op->output, .meta = out_meta, .bytes = out_bytes, .written = out_bytes};
     st = tfd_quota_check(c, rec.bytes, 1, accepted + 1, msg, len);
     if (st == TF_OK) st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
     if (st != TF_OK) {
@@ -181,23 +192,42 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     return TF_OK;
 }
 
-void tfd_batch_enqueue(tfd_conn *c, Tenferro__Op **ops, size_t n_ops, tfd_batch_result *out) {
-    memset(out, 0, sizeof *out);
-    uint64_t batch = ++c->srv->next_batch_id;
-    out->batch = batch;
+void tfd_batch_begin(tfd_conn *c, tfd_batch_job *job, Tenferro__Op **ops, size_t n_ops) {
+    memset(job, 0, sizeof *job);
+    job->ops = ops;
+    job->n_ops = n_ops;
+    job->result.batch = ++c->srv->next_batch_id;
+    if (n_ops > TF__MAX_OPS_PER_SUBMIT) {
+        job->result.status = TF_ERR_INVALID_ARGUMENT;
+        snprintf(job->result.message, sizeof job->result.message,
+                 "a Submit carries %zu operations, at most %d are allowed: send the rest in "
+                 "further Submits",
+                 n_ops, TF__MAX_OPS_PER_SUBMIT);
+        job->done = 1;
+        c->srv->counters.batches++;
+    }
+}
+
+int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
+    tfd_batch_result *out = &job->result;
+    if (job->done) return 1;
+    uint64_t batch = out->batch, start = tf__now_ns();
     chain ch = {0};
-    uint64_t flushed = 0; /* operations already handed to the stream */
-    for (size_t i = 0; i < n_ops; i++) {
+    uint64_t flushed = out->accepted; /* operations already handed to the stream */
+    while (job->next < job->n_ops) {
+        size_t i = job->next;
+        Tenferro__Op *op = job->ops[i];
         tfd_item *before = ch.last;
-        tf_status st = ops[i]->kind == TF__OP_FREE
-                           ? prepare_free(c, ops[i], &ch, out->message, sizeof out->message)
-                           : prepare_op(c, ops[i], out->accepted - flushed, &ch, out->message,
+        tf_status st = op->kind == TF__OP_FREE
+                           ? prepare_free(c, op, &ch, out->message, sizeof out->message)
+                           : prepare_op(c, op, out->accepted - flushed, &ch, out->message,
                                         sizeof out->message);
         if (st != TF_OK) {
             out->status = st;
             out->has_failed_index = 1;
             out->failed_index = (uint32_t)i;
             c->srv->counters.ops_rejected++;
+            job->done = 1;
             break;
         }
         for (tfd_item *it = before ? before->next : ch.first; it; it = it->next) {
@@ -205,14 +235,19 @@ void tfd_batch_enqueue(tfd_conn *c, Tenferro__Op **ops, size_t n_ops, tfd_batch_
             it->index = (uint32_t)i;
         }
         out->accepted++;
+        job->next++;
         /* Hand work over as it is validated, so the device starts while the rest is checked. */
         if (ch.count >= ENQUEUE_CHUNK) {
             tfd_stream_enqueue(c->stream, ch.first, ch.last, ch.count);
             ch = (chain){0};
             flushed = out->accepted;
+            if (budget_ns && job->next < job->n_ops && tf__now_ns() - start > budget_ns) break;
         }
     }
-    c->srv->counters.batches++;
-    c->srv->counters.ops_accepted += out->accepted;
     tfd_stream_enqueue(c->stream, ch.first, ch.last, ch.count);
+    c->srv->counters.ops_accepted += out->accepted - job->counted;
+    job->counted = out->accepted;
+    if (job->next == job->n_ops) job->done = 1;
+    if (job->done) c->srv->counters.batches++;
+    return job->done;
 }

@@ -23,7 +23,26 @@ typedef struct tfd_batch_result {
     uint64_t batch; /* id the executor reports failures of this batch under */
     char message[512];
 } tfd_batch_result;
-void tfd_batch_enqueue(tfd_conn *c, Tenferro__Op **ops, size_t n_ops, tfd_batch_result *out);
+
+/* A batch being validated and enqueued, possibly over several slices. */
+typedef struct tfd_batch_job {
+    Tenferro__Op **ops; /* owned by the caller's frame */
+    size_t n_ops;
+    size_t next;        /* the first operation not looked at yet */
+    uint64_t counted;   /* accepted operations already in the daemon's counters */
+    int done;
+    tfd_batch_result result;
+} tfd_batch_job;
+
+/* Starts a batch (a Submit of more than TF__MAX_OPS_PER_SUBMIT operations is refused whole). */
+void tfd_batch_begin(tfd_conn *c, tfd_batch_job *job, Tenferro__Op **ops, size_t n_ops);
+
+/*
+ * Validates and enqueues operations from job->next on, for about budget_ns
+ * (0 = to the end). Returns 1 when the batch is finished (job->result is
+ * final), 0 when the slice ran out and the rest waits for the next call.
+ */
+int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns);
 
 /*
  * The tensor `id` of this connection when a request may use it: live, and in

@@ -297,6 +297,11 @@ static const setting settings[] = {
     {"daemon", "max_frame_bytes", "max-frame-bytes", AT(max_frame_bytes), set_frame, 0, "largest frame (64M)"},
     {"daemon", "max_pinned_bytes", "max-pinned-bytes", AT(max_pinned_bytes), set_u64, 1, "pinned buffers of all clients (half the RAM; 0 = unlimited)"},
     {"daemon", "max_clients", "max-clients", AT(max_clients), set_int, 1, "connections served at once (256)"},
+    {"limits", "max_clients_per_uid", "max-clients-per-uid", AT(max_clients_per_uid), set_int, 1, "clients of one uid (64; 0 = unlimited)"},
+    {"limits", "max_handshakes_per_uid", "max-handshakes-per-uid", AT(max_handshakes_per_uid), set_int, 1, "connections of one uid before their Hello (8)"},
+    {"limits", "hello_timeout_ms", "hello-timeout-ms", AT(hello_timeout_ms), set_u64, 1, "time to say Hello before the connection is closed (5000)"},
+    {"limits", "uid_receive_bytes", "uid-receive-bytes", AT(uid_receive_bytes), set_u64, 1, "unfinished input buffered for one uid (256M; 0 = unlimited)"},
+    {"limits", "loop_slice_us", "loop-slice-us", AT(loop_slice_us), set_u64, 1, "how long one connection's input may hold the loop (2000)"},
     {"daemon", "log_level", "log-level", AT(log_level), set_level, 1, "error, warn, info or debug"},
     {"daemon", "busy_poll_us", "busy-poll-us", AT(busy_poll_us), set_busy_poll, 1, "us the loop and completion thread poll after activity (auto: 500 cuda, 0 cpu)"},
     {"admission", "policy", "reservation-policy", AT(policy), set_policy, 1, "reject or wait"},
@@ -336,6 +341,11 @@ void tfd_options_defaults(tfd_options *opt) {
     opt->policy = TFD_POLICY_REJECT;
     opt->wait_deadline_ms = 10000;
     opt->max_clients = 256;
+    opt->max_clients_per_uid = 64;
+    opt->max_handshakes_per_uid = 8;
+    opt->hello_timeout_ms = 5000;
+    opt->uid_receive_bytes = (uint64_t)256 << 20;
+    opt->loop_slice_us = 2000;
     opt->log_level = TFD_LOG_INFO;
     opt->busy_poll_us = -1;
 }

@@ -43,7 +43,15 @@ struct tfd_conn {
     int closing;         /* no more frames are read or answered */
     int pipe_closed;     /* libuv closed the pipe */
     int stream_drained;  /* the final marker completed */
-    int paused;          /* reads stop until a request finishes off the loop (tfd_conn_pause) */
+    int paused;          /* requests finishing off the loop that input waits for (tfd_conn_pause) */
+    int peer_eof;        /* the client shut its write side: answer what it sent, then close */
+    uint64_t eof_enqueued; /* the stream's enqueue count when the end-of-input marker went on */
+    int eof_marker;      /* that marker has not completed yet */
+    uint32_t decodes;    /* large frames being decoded off the loop (connection.c) */
+    uv_timer_t *hello_timer; /* closes a connection that does not say Hello in time */
+    uv_idle_t *later;    /* runs later_fn on the next loop turn (tfd_conn_continue_later) */
+    void (*later_fn)(tfd_conn *c, void *arg);
+    void *later_arg;
     uint32_t buffer_creations; /* BufferCreates on the thread pool; the connection waits for them */
 
     uint8_t *rbuf;
@@ -99,6 +107,23 @@ void tfd_conn_close(tfd_conn *c);
  */
 void tfd_conn_pause(tfd_conn *c);
 void tfd_conn_resume(tfd_conn *c);
+
+/*
+ * Fairness: runs fn(c, arg) on a later turn of the loop, after other
+ * connections' input, with c paused until then (fn resumes it, or continues
+ * later again). A handler whose work would hold the loop longer than
+ * [limits] loop_slice_us does a slice and continues here. fn also runs when
+ * c started closing meanwhile, to free what arg holds. Returns -1 (nothing
+ * scheduled) when out of memory.
+ */
+int tfd_conn_continue_later(tfd_conn *c, void (*fn)(tfd_conn *c, void *arg), void *arg);
+
+/*
+ * A request the client sent before shutting its write side has been
+ * answered, or a pause ended: closes the connection once nothing it sent is
+ * left unanswered (half-close).
+ */
+void tfd_conn_eof_progress(tfd_conn *c);
 
 /* Queues a marker whose completion runs done(item) with item->done_arg. */
 tf_status tfd_conn_enqueue_marker(tfd_conn *c, tfd_item_done_fn done, void *arg);

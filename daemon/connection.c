@@ -13,10 +13,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "common/spin.h"
 #include "daemon/admission.h"
 #include "daemon/batch.h"
 #include "daemon/conn.h"
 #include "daemon/handlers.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/server.h"
@@ -92,8 +94,8 @@ static void write_bytes(tfd_conn *c, uint8_t *bytes, size_t len, size_t done) {
 /* Encodes a reply; NULL (and the connection closing) when it cannot be encoded. */
 static uint8_t *encode(tfd_conn *c, Tenferro__Frame *frame, size_t *len) {
     uint8_t *bytes;
-    /* Replies may carry a whole chunk plus headers: allow a little above the client's maximum. */
-    tf_status st = tf__frame_encode(frame, c->srv->opt.max_frame_bytes + 4096, &bytes, len);
+    /* Every reply fits the maximum the client was told (reads are capped below it, TF__FRAME_HEADROOM). */
+    tf_status st = tf__frame_encode(frame, c->srv->opt.max_frame_bytes, &bytes, len);
     if (st != TF_OK) {
         tfd_log(TFD_LOG_ERROR, "client %llu: cannot encode a reply (%s)",
                 (unsigned long long)c->client_id, tf_status_name(st));
@@ -306,7 +308,8 @@ void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) {
 
 /* Unlinks and frees the connection once nothing can refer to it any more. */
 void tfd_conn_maybe_free(tfd_conn *c) {
-    if (!c->pipe_closed || !c->stream_drained || c->transfers_in_flight || c->buffer_creations)
+    if (!c->pipe_closed || !c->stream_drained || c->transfers_in_flight || c->buffer_creations ||
+        c->decodes || c->later_fn)
         return;
     tfd_server *srv = c->srv;
     if (c->prev)
@@ -322,6 +325,7 @@ void tfd_conn_maybe_free(tfd_conn *c) {
     tfd_conn_buffers_release(c, 1);
     tfd_conn_transfers_forget(c);
     empty_held(c, 0);
+    if (c->later) uv_close((uv_handle_t *)c->later, (uv_close_cb)free);
     free(c->rbuf);
     tfd_log(TFD_LOG_DEBUG, "client %llu gone", (unsigned long long)c->client_id);
     free(c);
@@ -357,6 +361,13 @@ static void on_final_marker(tfd_item *it) {
     tfd_conn_maybe_free(c);
 }
 
+/* The handshake is over (or the connection is): its deadline goes. */
+static void stop_hello_timer(tfd_conn *c) {
+    if (!c->hello_timer) return;
+    uv_close((uv_handle_t *)c->hello_timer, (uv_close_cb)free);
+    c->hello_timer = NULL;
+}
+
 /* Table walker: frees one tensor's device memory on the stream. */
 static void free_one(tfd_tensor *rec, void *arg) { tfd_free_tensor_storage(arg, rec); }
 
@@ -369,6 +380,7 @@ void tfd_conn_close(tfd_conn *c) {
         uv_close((uv_handle_t *)c->held_timer, (uv_close_cb)free);
         c->held_timer = NULL;
     }
+    stop_hello_timer(c);
     /* Nobody will read the results: skip the work still queued, keep the frees. */
     if (c->stream) tfd_stream_cancel(c->stream);
     /* Buffers no transfer uses go now; the others when their transfer completes. */
@@ -392,8 +404,17 @@ void tfd_conn_close(tfd_conn *c) {
     }
 }
 
-/* Makes room for `need` more bytes after the unread ones, compacting or growing the buffer. */
-static int reserve(tfd_conn *c, size_t need) {
+/* A receive buffer above this stays only while a frame needs it; then it shrinks back. */
+#define KEEP_RBUF_BYTES (4 * READ_CHUNK)
+/* Frames of at least this many bytes are decoded on libuv's thread pool, off the loop. */
+#define OFFLOOP_DECODE_BYTES ((uint32_t)256 << 10)
+
+/*
+ * Makes room for `need` more bytes after the unread ones, compacting or
+ * growing the buffer within the uid's receive budget (limits.c). Returns 0,
+ * or -1 with the typed reason in *st and msg.
+ */
+static int reserve(tfd_conn *c, size_t need, tf_status *st, char *msg, size_t len) {
     if (c->rstart > 0 && c->rstart + c->rlen + need > c->rcap) {
         memmove(c->rbuf, c->rbuf + c->rstart, c->rlen);
         c->rstart = 0;
@@ -401,29 +422,145 @@ static int reserve(tfd_conn *c, size_t need) {
     if (c->rlen + need <= c->rcap) return 0;
     size_t cap = c->rcap ? c->rcap : READ_CHUNK;
     while (cap < c->rlen + need) cap *= 2;
+    *st = tfd_limits_receive_grow(c, cap, msg, len);
+    if (*st != TF_OK) return -1;
     uint8_t *p = realloc(c->rbuf, cap);
-    if (!p) return -1;
+    if (!p) {
+        *st = TF_ERR_NO_MEMORY;
+        snprintf(msg, len, "out of memory reading a frame of %zu bytes", c->rlen + need);
+        return -1;
+    }
     c->rbuf = p;
     c->rcap = cap;
     return 0;
 }
 
+/* Gives back a receive buffer that grew for a large frame once nothing is left in it. */
+static void shrink_if_idle(tfd_conn *c) {
+    if (c->rlen != 0 || c->rcap <= KEEP_RBUF_BYTES) return;
+    free(c->rbuf);
+    c->rbuf = NULL;
+    c->rcap = 0;
+    c->rstart = 0;
+}
+
+/* Ends the connection for input the daemon cannot take, saying why in a typed last word. */
+static void refuse_input(tfd_conn *c, tf_status st, const char *msg) {
+    if (st == TF_ERR_QUOTA) {
+        c->srv->counters.quota_refusals++;
+        tfd_log(TFD_LOG_WARN, "client %llu (pid %d uid %u, %s): %s; closing this connection",
+                (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid, c->name, msg);
+        tfd_conn_reply(c, 0, st, "%s; the connection is closed", msg);
+        tfd_conn_close(c);
+        return;
+    }
+    tfd_conn_fail(c, "%s", msg);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     (void)suggested;
     tfd_conn *c = (tfd_conn *)h;
-    if (reserve(c, READ_CHUNK) != 0) {
-        *buf = uv_buf_init(NULL, 0);
+    tf_status st;
+    char msg[256];
+    if (reserve(c, READ_CHUNK, &st, msg, sizeof msg) != 0) {
+        *buf = uv_buf_init(NULL, 0); /* on_read sees UV_ENOBUFS */
         return;
     }
     size_t end = c->rstart + c->rlen;
     *buf = uv_buf_init((char *)c->rbuf + end, (unsigned)(c->rcap - end));
 }
 
-/* Splits the unread bytes into frames and dispatches each complete one. */
+/* Counts a decoded frame in and hands it to its handler. */
+static void dispatch_decoded(tfd_conn *c, Tenferro__Frame *frame) {
+    c->srv->counters.frames_received++;
+    if (frame->seq > c->dispatched_seq) c->dispatched_seq = frame->seq;
+    int had_hello = c->hello_done;
+    tfd_dispatch(c, frame);
+    if (!had_hello && c->hello_done) stop_hello_timer(c);
+}
+
+/* A large frame being decoded on the thread pool; the connection is paused meanwhile. */
+typedef struct offloop_decode {
+    uv_work_t work;
+    tfd_conn *conn;
+    const uint8_t *body; /* inside conn->rbuf, which nothing moves while the connection is paused */
+    uint32_t len;
+    Tenferro__Frame *frame;
+    int over_budget;
+} offloop_decode;
+
+static void decode_work(uv_work_t *w) {
+    offloop_decode *d = (offloop_decode *)w;
+    d->frame = tf__frame_decode_bounded(d->body, d->len, TF__DECODE_BUDGET(d->len), &d->over_budget);
+}
+
+static void serve_input(tfd_conn *c);
+
+/* Loop thread: the decoded frame is dispatched in order, then the rest of the input. */
+static void decode_done(uv_work_t *w, int status) {
+    (void)status;
+    offloop_decode *d = (offloop_decode *)w;
+    tfd_conn *c = d->conn;
+    Tenferro__Frame *frame = d->frame;
+    uint32_t len = d->len;
+    int over = d->over_budget;
+    free(d);
+    c->decodes--;
+    if (c->closing) {
+        tf__frame_free(frame);
+        tfd_conn_maybe_free(c);
+        return;
+    }
+    c->rstart += TF__FRAME_HEADER_BYTES + (size_t)len;
+    c->rlen -= TF__FRAME_HEADER_BYTES + (size_t)len;
+    if (!frame) {
+        if (over)
+            tfd_conn_fail(c, "a frame of %u bytes decodes into more than %llu bytes of messages: "
+                             "send at most %d operations per Submit",
+                          len, (unsigned long long)TF__DECODE_BUDGET(len), TF__MAX_OPS_PER_SUBMIT);
+        else
+            tfd_conn_fail(c, "a frame body of %u bytes does not decode as tenferro.Frame", len);
+        return;
+    }
+    dispatch_decoded(c, frame);
+    tfd_conn_resume(c);
+}
+
+/* Starts decoding the frame at the head of the input off the loop; 0 when it could not. */
+static int decode_off_loop(tfd_conn *c, uint32_t len) {
+    offloop_decode *d = calloc(1, sizeof *d);
+    if (!d) return 0;
+    d->conn = c;
+    d->body = c->rbuf + c->rstart + TF__FRAME_HEADER_BYTES;
+    d->len = len;
+    if (uv_queue_work(c->srv->loop, &d->work, decode_work, decode_done) != 0) {
+        free(d);
+        return 0;
+    }
+    c->decodes++;
+    tfd_conn_pause(c);
+    return 1;
+}
+
+/* Continuation of input handling that yielded the loop to other connections. */
+static void continue_input(tfd_conn *c, void *arg) {
+    (void)arg;
+    if (c->closing) return;
+    tfd_conn_resume(c);
+}
+
+/*
+ * Splits the unread bytes into frames and dispatches each complete one. The
+ * limit on a frame's length is the pre-Hello one until the Hello has been
+ * handled, also for frames read in the same go. After loop_slice_us the
+ * rest waits for a later turn, so other clients are served in between.
+ */
 static void parse_frames(tfd_conn *c) {
-    /* Before the handshake a peer is unknown: it may not make the daemon reserve a big buffer. */
-    uint64_t max = c->hello_done ? c->srv->opt.max_frame_bytes : TF__MIN_MAX_FRAME_BYTES;
+    uint64_t start = tf__now_ns(), slice = c->srv->opt.loop_slice_us * 1000u;
+    unsigned handled = 0;
     while (!c->closing && !c->paused && c->rlen >= TF__FRAME_HEADER_BYTES) {
+        /* Before the handshake a peer is unknown: it may not make the daemon reserve a big buffer. */
+        uint64_t max = c->hello_done ? c->srv->opt.max_frame_bytes : TF__MIN_MAX_FRAME_BYTES;
         uint32_t len = tf__frame_peek_length(c->rbuf + c->rstart);
         if (len > max) {
             tfd_conn_fail(c, "frame length %u exceeds the maximum of %llu bytes", len,
@@ -432,9 +569,15 @@ static void parse_frames(tfd_conn *c) {
         }
         size_t total = TF__FRAME_HEADER_BYTES + (size_t)len;
         if (c->rlen < total) {
-            if (reserve(c, total - c->rlen) != 0) tfd_conn_fail(c, "out of memory reading a frame");
+            tf_status st;
+            char msg[320];
+            if (reserve(c, total - c->rlen, &st, msg, sizeof msg) != 0) refuse_input(c, st, msg);
             return;
         }
+        if (slice && handled > 0 && (handled & 15) == 0 && tf__now_ns() - start > slice) {
+            if (tfd_conn_continue_later(c, continue_input, NULL) == 0) return;
+        }
+        if (len >= OFFLOOP_DECODE_BYTES && decode_off_loop(c, len)) return;
         Tenferro__Frame *frame = tf__frame_decode(c->rbuf + c->rstart + TF__FRAME_HEADER_BYTES, len);
         c->rstart += total;
         c->rlen -= total;
@@ -442,11 +585,13 @@ static void parse_frames(tfd_conn *c) {
             tfd_conn_fail(c, "a frame body of %u bytes does not decode as tenferro.Frame", len);
             return;
         }
-        c->srv->counters.frames_received++;
-        if (frame->seq > c->dispatched_seq) c->dispatched_seq = frame->seq;
-        tfd_dispatch(c, frame);
+        dispatch_decoded(c, frame);
+        handled++;
     }
-    if (c->rlen == 0) c->rstart = 0;
+    if (c->rlen == 0) {
+        c->rstart = 0;
+        if (!c->paused) shrink_if_idle(c);
+    }
 }
 
 /*
@@ -460,6 +605,32 @@ static void serve_input(tfd_conn *c) {
     tfd_conn_reap_transfers(c);
     parse_frames(c);
     (void)tfd_conn_poll_mailbox(c);
+    if (c->peer_eof && !c->paused && !c->closing) tfd_conn_eof_progress(c);
+}
+
+/* The end-of-input marker completed: everything sent before it has run and been answered. */
+static void on_eof_marker(tfd_item *it) {
+    tfd_conn *c = it->done_arg;
+    tfd_item_free(it);
+    c->eof_marker = 0;
+    tfd_conn_eof_progress(c);
+}
+
+void tfd_conn_eof_progress(tfd_conn *c) {
+    if (!c->peer_eof || c->closing || c->eof_marker) return;
+    /* Requests still to run: a pause (BufferCreate, a decode, a sliced batch), a queued opener. */
+    if (c->paused || c->queued || c->rlen >= TF__FRAME_HEADER_BYTES) return;
+    if (!c->stream || tfd_stream_enqueued(c->stream) == c->eof_enqueued) {
+        tfd_conn_close(c);
+        return;
+    }
+    /* Work went onto the stream since the last look: answer it first, then look again. */
+    if (tfd_conn_enqueue_marker(c, on_eof_marker, c) != TF_OK) {
+        tfd_conn_close(c);
+        return;
+    }
+    c->eof_marker = 1;
+    c->eof_enqueued = tfd_stream_enqueued(c->stream);
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
@@ -473,34 +644,96 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     if (nread == 0) return;
-    if (nread == UV_EOF && c->rlen > 0) {
+    if (nread == UV_EOF && c->rlen > 0 && !c->paused) {
         size_t want = c->rlen >= TF__FRAME_HEADER_BYTES
                           ? TF__FRAME_HEADER_BYTES + tf__frame_peek_length(c->rbuf + c->rstart)
                           : TF__FRAME_HEADER_BYTES;
-        tfd_conn_fail(c, "truncated frame: the connection ended after %zu of %zu bytes", c->rlen, want);
+        if (c->rlen < want) {
+            tfd_conn_fail(c, "truncated frame: the connection ended after %zu of %zu bytes",
+                          c->rlen, want);
+            return;
+        }
+    }
+    if (nread == UV_EOF) {
+        /* Half-close: the client sent its last request; it still reads the answers. */
+        c->peer_eof = 1;
+        uv_read_stop(stream);
+        c->eof_enqueued = UINT64_MAX; /* work enqueued before may still owe a reply: look once */
+        if (!c->paused) tfd_conn_eof_progress(c);
         return;
     }
     if (nread == UV_ENOBUFS) {
-        tfd_conn_fail(c, "out of memory reading a frame");
+        tf_status st = TF_ERR_NO_MEMORY;
+        char msg[320] = "out of memory reading a frame";
+        if (reserve(c, READ_CHUNK, &st, msg, sizeof msg) == 0) return;
+        refuse_input(c, st, msg);
         return;
     }
     tfd_conn_close(c);
 }
 
 void tfd_conn_pause(tfd_conn *c) {
-    if (c->paused || c->closing) return;
-    c->paused = 1;
-    uv_read_stop((uv_stream_t *)&c->pipe);
+    if (c->closing) return;
+    if (c->paused++ == 0 && !c->peer_eof) uv_read_stop((uv_stream_t *)&c->pipe);
 }
 
 void tfd_conn_resume(tfd_conn *c) {
     if (!c->paused || c->closing) return;
-    c->paused = 0;
-    if (uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) != 0) {
+    if (--c->paused > 0) return;
+    if (!c->peer_eof && uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) != 0) {
         tfd_conn_close(c);
         return;
     }
     serve_input(c);
+}
+
+static void on_later(uv_idle_t *h) {
+    tfd_conn *c = h->data;
+    uv_idle_stop(h);
+    void (*fn)(tfd_conn *, void *) = c->later_fn;
+    void *arg = c->later_arg;
+    c->later_fn = NULL;
+    c->later_arg = NULL;
+    fn(c, arg);
+    if (c->closing) tfd_conn_maybe_free(c);
+}
+
+int tfd_conn_continue_later(tfd_conn *c, void (*fn)(tfd_conn *c, void *arg), void *arg) {
+    if (c->later_fn) return -1; /* one continuation at a time: the connection is paused for it */
+    if (!c->later) {
+        c->later = malloc(sizeof *c->later);
+        if (!c->later) return -1;
+        uv_idle_init(c->srv->loop, c->later);
+        c->later->data = c;
+    }
+    c->later_fn = fn;
+    c->later_arg = arg;
+    tfd_conn_pause(c);
+    uv_idle_start(c->later, on_later);
+    return 0;
+}
+
+static void on_hello_deadline(uv_timer_t *t) {
+    tfd_conn *c = t->data;
+    if (c->hello_done || c->closing) return;
+    tfd_log(TFD_LOG_INFO, "client %llu (pid %d uid %u) sent no Hello within %llu ms: closed",
+            (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid,
+            (unsigned long long)c->srv->opt.hello_timeout_ms);
+    c->srv->counters.handshake_timeouts++;
+    tfd_conn_reply(c, 0, TF_ERR_TIMEOUT, "no Hello within %llu ms; the connection is closed",
+                   (unsigned long long)c->srv->opt.hello_timeout_ms);
+    tfd_conn_close(c);
+}
+
+/* Arms the handshake deadline ([limits] hello_timeout_ms; 0 = none). */
+static void start_hello_timer(tfd_conn *c) {
+    uint64_t ms = c->srv->opt.hello_timeout_ms;
+    if (ms == 0) return;
+    c->hello_timer = malloc(sizeof *c->hello_timer);
+    if (!c->hello_timer) return;
+    uv_timer_init(c->srv->loop, c->hello_timer);
+    c->hello_timer->data = c;
+    uv_timer_start(c->hello_timer, on_hello_deadline, ms, 0);
 }
 
 void tfd_conn_accept(tfd_server *srv) {
@@ -516,11 +749,13 @@ void tfd_conn_accept(tfd_server *srv) {
     uv_os_fd_t fd;
     struct ucred cred;
     socklen_t len = sizeof cred;
+    int known = 0;
     if (uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0 &&
         getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
         c->pid = cred.pid;
         c->uid = cred.uid;
         c->gid = cred.gid;
+        known = 1;
     }
     snprintf(c->name, sizeof c->name, "?");
     tfd_tensor_table_init(&c->tensors);
@@ -533,6 +768,18 @@ void tfd_conn_accept(tfd_server *srv) {
     tfd_notify_clients(srv->n_conns);
     tfd_log(TFD_LOG_DEBUG, "client %llu connected (pid %d uid %u)", (unsigned long long)c->client_id,
             (int)c->pid, (unsigned)c->uid);
+    /* The peer is judged now, before it can hold a slot or a buffer: not at its Hello. */
+    char msg[256] = "the peer's credentials cannot be read";
+    tf_status refusal = known ? tfd_limits_admit_connection(c, msg, sizeof msg) : TF_ERR_PERMISSION;
+    if (refusal != TF_OK) {
+        srv->counters.connections_refused++;
+        tfd_log(TFD_LOG_WARN, "client %llu (pid %d uid %u) refused: %s",
+                (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid, msg);
+        tfd_conn_reply(c, 0, refusal, "%s", msg);
+        tfd_conn_close(c);
+        return;
+    }
+    start_hello_timer(c);
     uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
 }
 

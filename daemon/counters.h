@@ -11,6 +11,7 @@
 #define TFD_COUNTER_LIST(X)   \
     X(connections_accepted)   \
     X(connections_refused)    \
+    X(handshake_timeouts)     \
     X(connections_closed)     \
     X(protocol_errors)        \
     X(requests_unsupported)   \

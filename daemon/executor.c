@@ -30,6 +30,7 @@ struct tfd_stream {
     pthread_cond_t idle; /* signalled when a worker gives the stream up (scheduled drops to 0) */
     atomic_uint_fast64_t queued;
     atomic_int cancelled; /* the owner is gone: skip work, keep frees and markers */
+    uint64_t enqueued; /* items ever handed over, loop thread only (tfd_stream_enqueued) */
     /* Sticky failure, owned by whichever worker serves the stream. */
     tfd_item_outcome failure;
     tfd_stream *run_next;
@@ -219,6 +220,15 @@ static void complete_item(tfd_stream *s, tfd_item *it) {
     pthread_mutex_unlock(&ex->event_lock);
 }
 
+/*
+ * Zeroes memory whose intended writer (an operation or a copy) did not run;
+ * the stream's failure is already recorded, so this one's own is only logged
+ * by the backend.
+ */
+static void zero_quietly(tfd_backend *be, tfd_stream *s, void *ptr, size_t bytes) {
+    if (ptr && bytes) (void)be->vt->fill_zero(be, s->native, ptr, bytes);
+}
+
 /* Runs one item on the worker that serves its stream. */
 static void execute_item(tfd_stream *s, tfd_item *it) {
     tfd_executor *ex = s->ex;
@@ -226,7 +236,7 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
     char msg[256] = "";
     tf_status st = TF_OK;
     if (atomic_load_explicit(&s->cancelled, memory_order_relaxed) && it->type != TFD_ITEM_FREE &&
-        it->type != TFD_ITEM_MARKER) {
+        it->type != TFD_ITEM_MARKER && it->type != TFD_ITEM_ZERO) {
         /* Whoever waits for a skipped copy (a pending transfer) still hears about it. */
         if (it->type == TFD_ITEM_READ || (it->type == TFD_ITEM_WRITE && it->done)) {
             it->outcome.status = TF_ERR_DISCONNECTED;
@@ -238,10 +248,15 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
     }
     switch (it->type) {
     case TFD_ITEM_OP:
-        if (s->failure.status != TF_OK) break;
-        st = tfd_backend_run_op(be, s->native, &it->u.op, msg, sizeof msg);
-        atomic_fetch_add(&ex->counters.ops_executed, 1);
-        if (st != TF_OK) note_failure(s, it, st, msg);
+        if (s->failure.status == TF_OK) {
+            st = tfd_backend_run_op(be, s->native, &it->u.op, msg, sizeof msg);
+            atomic_fetch_add(&ex->counters.ops_executed, 1);
+            if (st != TF_OK) note_failure(s, it, st, msg);
+        }
+        /* A skipped or failed operation's output stays readable: it must hold zeros, not old bytes. */
+        if (st != TF_OK || s->failure.status != TF_OK)
+            zero_quietly(be, s, it->u.op.out.data,
+                         (size_t)it->u.op.out.numel * tf_dtype_size(it->u.op.out.dtype));
         break;
     case TFD_ITEM_WRITE:
         if (s->failure.status == TF_OK) {
@@ -249,6 +264,9 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
                                         it->u.copy.bytes);
             if (st != TF_OK) note_failure(s, it, st, "copy to device failed");
         }
+        /* The bytes a skipped write would have put there are zeros (the range counts as written). */
+        if (st != TF_OK || s->failure.status != TF_OK)
+            zero_quietly(be, s, it->u.copy.device, it->u.copy.bytes);
         /* A write someone waits for (a pending upload) completes like a read. */
         if (it->done) {
             it->outcome = s->failure;
@@ -266,6 +284,10 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
         it->outcome = s->failure;
         complete_item(s, it);
         return;
+    case TFD_ITEM_ZERO:
+        st = be->vt->fill_zero(be, s->native, it->u.free.ptr, it->u.free.bytes);
+        if (st != TF_OK && s->failure.status == TF_OK) note_failure(s, it, st, "zero-fill failed");
+        break;
     case TFD_ITEM_FREE:
         be->vt->free(be, s->native, it->u.free.ptr, it->u.free.bytes);
         tfd_executor_note_free(ex, it->u.free.bytes);
@@ -444,6 +466,8 @@ void *tfd_stream_native(tfd_stream *s) { return s->native; }
 
 uint64_t tfd_stream_queued(tfd_stream *s) { return atomic_load(&s->queued); }
 
+uint64_t tfd_stream_enqueued(const tfd_stream *s) { return s->enqueued; }
+
 void tfd_stream_cancel(tfd_stream *s) { atomic_store(&s->cancelled, 1); }
 
 int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome) {
@@ -485,6 +509,7 @@ int tfd_stream_execute_now(tfd_stream *s, tfd_item *item) {
     int held = s->scheduled;
     pthread_mutex_unlock(&s->lock);
     if (held) return 0;
+    s->enqueued++;
     item->stream = s;
     item->next = NULL;
     execute_item(s, item);
@@ -499,6 +524,7 @@ void tfd_stream_enqueue(tfd_stream *s, tfd_item *first, tfd_item *last, uint64_t
         if (it == last) break;
     }
     last->next = NULL;
+    s->enqueued += count;
     atomic_fetch_add(&s->queued, count);
     pthread_mutex_lock(&s->lock);
     if (s->tail)

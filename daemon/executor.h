@@ -35,6 +35,7 @@ typedef enum tfd_item_type {
     TFD_ITEM_READ = 3,   /* copy device memory into host bytes, then complete */
     TFD_ITEM_FREE = 4,   /* free device memory */
     TFD_ITEM_MARKER = 5, /* complete once everything before it has completed */
+    TFD_ITEM_ZERO = 6,   /* zero device memory a client has not written (never skipped) */
 } tfd_item_type;
 
 /* Runs on the loop thread when a READ, MARKER or waited-for WRITE item has completed. */
@@ -73,7 +74,7 @@ struct tfd_item {
         struct {
             void *ptr;
             size_t bytes;
-        } free;
+        } free; /* FREE, and ZERO: the range to zero */
     } u;
     /*
      * For READ and MARKER, and for a WRITE that sets it (a pending upload):
@@ -133,6 +134,8 @@ void *tfd_stream_native(tfd_stream *s);
 
 /* Number of items queued and not yet executed. */
 uint64_t tfd_stream_queued(tfd_stream *s);
+/* Items ever enqueued on (or executed at once by) the stream; loop thread only. */
+uint64_t tfd_stream_enqueued(const tfd_stream *s);
 
 /*
  * When the stream has nothing queued or running and its device work has

@@ -1,37 +1,20 @@
 /*
  * Hello: the handshake. Checks the protocol version, records the client's
- * name, admits the peer ([access], access.c), creates its logical stream at
- * the peer's priority class and its completion page (pinned.h), and answers
- * with the daemon's limits, the page's memfd riding on the reply.
+ * name (sanitized), admits the peer (limits.c: the client counts, [access]),
+ * creates its logical stream at the peer's priority class and its completion
+ * page (pinned.h), and answers with the daemon's limits, the page's memfd
+ * riding on the reply.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "common/sanitize.h"
 #include "daemon/access.h"
 #include "daemon/conn.h"
 #include "daemon/handlers.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
-
-/*
- * The gates a peer passes before it is served: not while draining (a typed
- * answer rather than a refused socket), not beyond max_clients, and only the
- * users and groups [access] allows. Returns TF_OK, or the refusal and why.
- */
-static tf_status admit_peer(tfd_conn *c, char *msg, size_t len) {
-    tfd_server *srv = c->srv;
-    if (srv->draining) {
-        snprintf(msg, len, "tenferrod is draining; connect to another daemon or retry after it restarts");
-        return TF_ERR_BUSY;
-    }
-    if (srv->opt.max_clients > 0 && srv->n_conns > srv->opt.max_clients) {
-        snprintf(msg, len, "tenferrod already serves its maximum of %d clients; retry later",
-                 srv->opt.max_clients);
-        return TF_ERR_TOO_MANY_CLIENTS;
-    }
-    return tfd_access_check(&srv->opt, c->uid, c->gid, msg, len) == TF_OK ? TF_OK
-                                                                         : TF_ERR_PERMISSION;
-}
 
 void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_server *srv = c->srv;
@@ -42,8 +25,9 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         tfd_conn_fail(c, "Hello sent twice");
         return;
     }
+    /* The name reaches logs, other clients' errors and an operator's terminal: printable only. */
     if (hello->client_name && hello->client_name[0])
-        snprintf(c->name, sizeof c->name, "%s", hello->client_name);
+        tf__sanitize_name(hello->client_name, c->name, sizeof c->name);
     if (hello->protocol_version != TENFERRO__PROTOCOL__PROTOCOL_VERSION) {
         unsigned theirs = hello->protocol_version;
         tf__frame_free(frame);
@@ -60,7 +44,7 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
     }
     tf__frame_free(frame);
     char msg[256];
-    tf_status refusal = admit_peer(c, msg, sizeof msg);
+    tf_status refusal = tfd_limits_admit_client(c, msg, sizeof msg);
     if (refusal != TF_OK) {
         srv->counters.connections_refused++;
         tfd_log(TFD_LOG_WARN, "client %llu (pid %d uid %u) refused: %s",

@@ -41,6 +41,7 @@
 #include "daemon/log.h"
 #include "daemon/server.h"
 #include "daemon/transfer.h"
+#include "daemon/unwritten.h"
 
 /*
  * A transfer, from its acceptance until its slot is used again (or it is
@@ -231,7 +232,8 @@ tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_
     if (st == TF_OK) {
         tr = calloc(1, sizeof *tr);
         it = tfd_item_new(upload ? TFD_ITEM_WRITE : TFD_ITEM_READ);
-        if (!tr || !it) {
+        /* An upload writes the whole tensor; a download reads it, so what was never written is zeroed. */
+        if (!tr || !it || (!upload && tfd_unwritten_settle(c, t, msg, msg_len) != TF_OK)) {
             free(tr);
             tfd_item_free(it);
             snprintf(msg, msg_len, "out of host memory");
@@ -251,6 +253,7 @@ tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_
     tr->item_alive = 1;
     b->in_flight = 1;
     t->in_flight = 1;
+    if (upload) t->written = t->bytes;
     transfer_drop(c->transfers[r->slot]); /* the slot's previous, completed transfer */
     c->transfers[r->slot] = tr;
     c->transfers_in_flight++;

@@ -116,6 +116,85 @@ static void reply_when_drained(tfd_conn *c, uint64_t seq, const tfd_batch_result
     w->accepted = r->accepted;
 }
 
+/* What a submission does once its whole batch is validated and enqueued. */
+typedef void (*submit_finish_fn)(tfd_conn *c, uint64_t seq, uint32_t mode, const tfd_batch_result *r);
+
+/* A submission whose batch is validated over several loop turns (the connection waits meanwhile). */
+typedef struct sliced_submit {
+    Tenferro__Frame *frame;
+    tfd_batch_job job;
+    submit_finish_fn finish;
+} sliced_submit;
+
+/* Ends a submission: frees its frame, then does what its mode asks with the batch's outcome. */
+static void finish_submit(tfd_conn *c, Tenferro__Frame *frame, const tfd_batch_result *r,
+                          submit_finish_fn finish) {
+    uint64_t seq = frame->seq;
+    uint32_t mode = frame->submit->mode;
+    tfd_batch_result done = *r;
+    tf__frame_free(frame);
+    finish(c, seq, mode, &done);
+}
+
+/* The slice budget: how long one connection's batch may hold the loop at a time. */
+static uint64_t slice_ns(const tfd_conn *c) { return c->srv->opt.loop_slice_us * 1000u; }
+
+static void continue_submit(tfd_conn *c, void *arg) {
+    sliced_submit *ss = arg;
+    if (c->closing) {
+        tf__frame_free(ss->frame);
+        free(ss);
+        return;
+    }
+    if (!tfd_batch_step(c, &ss->job, slice_ns(c)) &&
+        tfd_conn_continue_later(c, continue_submit, ss) == 0) {
+        tfd_conn_resume(c); /* the pause of this turn; the new continuation holds its own */
+        return;
+    }
+    /* Finished, or no memory to continue later: the rest is done now. */
+    (void)tfd_batch_step(c, &ss->job, 0);
+    finish_submit(c, ss->frame, &ss->job.result, ss->finish);
+    free(ss);
+    tfd_conn_resume(c);
+}
+
+/*
+ * Validates and enqueues a submission's batch, then finishes it. A batch
+ * that takes longer than a slice goes on in later loop turns, so other
+ * clients are served in between; this connection's later requests wait.
+ */
+static void run_submit(tfd_conn *c, Tenferro__Frame *frame, submit_finish_fn finish) {
+    Tenferro__Submit *sub = frame->submit;
+    sliced_submit *ss = malloc(sizeof *ss);
+    tfd_batch_job local;
+    tfd_batch_job *job = ss ? &ss->job : &local;
+    tfd_batch_begin(c, job, sub->ops, sub->n_ops);
+    if (ss && !tfd_batch_step(c, job, slice_ns(c))) {
+        ss->frame = frame;
+        ss->finish = finish;
+        if (tfd_conn_continue_later(c, continue_submit, ss) == 0) return;
+    }
+    (void)tfd_batch_step(c, job, 0);
+    finish_submit(c, frame, &job->result, finish);
+    free(ss);
+}
+
+/* A held session's batch is in: per mode, answer now, wait for the stream, or close. */
+static void finish_held(tfd_conn *c, uint64_t seq, uint32_t mode, const tfd_batch_result *r) {
+    if (mode == TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE) {
+        tfd_admission_release(c);
+        c->session_id = 0;
+        c->srv->counters.sessions_closed++;
+        reply_batch(c, seq, r);
+        return;
+    }
+    if (mode == TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE && r->status == TF_OK) {
+        reply_when_drained(c, seq, r);
+        return;
+    }
+    reply_batch(c, seq, r);
+}
+
 /* Submit on a held session: enqueue, and per mode also wait or close. */
 static void submit_held(tfd_conn *c, Tenferro__Frame *frame) {
     Tenferro__Submit *sub = frame->submit;
@@ -127,22 +206,19 @@ static void submit_held(tfd_conn *c, Tenferro__Frame *frame) {
         tf__frame_free(frame);
         return;
     }
-    tfd_batch_result r;
-    tfd_batch_enqueue(c, sub->ops, sub->n_ops, &r);
-    uint32_t mode = sub->mode;
-    tf__frame_free(frame);
-    if (mode == TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE) {
-        tfd_admission_release(c);
-        c->session_id = 0;
-        c->srv->counters.sessions_closed++;
-        reply_batch(c, seq, &r);
+    run_submit(c, frame, finish_held);
+}
+
+/* A scoped frame's batch is in: the final one waits for the stream, the others answer now. */
+static void finish_scoped(tfd_conn *c, uint64_t seq, uint32_t mode, const tfd_batch_result *r) {
+    int final = mode == TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL;
+    /* A failed batch ends the burst, so no root is left open that the client will never finish. */
+    c->scoped_active = !final && r->status == TF_OK;
+    if (final && r->status == TF_OK) {
+        reply_when_drained(c, seq, r);
         return;
     }
-    if (mode == TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE && r.status == TF_OK) {
-        reply_when_drained(c, seq, &r);
-        return;
-    }
-    reply_batch(c, seq, &r);
+    reply_batch(c, seq, r);
 }
 
 /* Submit of a scoped root: admitted on its first frame, synchronized on its final one. */
@@ -160,19 +236,9 @@ static void submit_scoped(tfd_conn *c, Tenferro__Frame *frame) {
         }
         if (!tfd_admission_request(c, frame, 0, NULL)) return;
         c->srv->counters.scoped_roots++;
+        c->scoped_active = 1; /* the root is open while its batch is being checked */
     }
-    Tenferro__Submit *sub = frame->submit;
-    int final = sub->mode == TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL;
-    tfd_batch_result r;
-    tfd_batch_enqueue(c, sub->ops, sub->n_ops, &r);
-    tf__frame_free(frame);
-    /* A failed batch ends the burst, so no root is left open that the client will never finish. */
-    c->scoped_active = !final && r.status == TF_OK;
-    if (final && r.status == TF_OK) {
-        reply_when_drained(c, seq, &r);
-        return;
-    }
-    reply_batch(c, seq, &r);
+    run_submit(c, frame, finish_scoped);
 }
 
 void tfd_handle_submit(tfd_conn *c, Tenferro__Frame *frame) {

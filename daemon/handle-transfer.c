@@ -15,6 +15,7 @@
 #include "daemon/handlers.h"
 #include "daemon/quota.h"
 #include "daemon/server.h"
+#include "daemon/unwritten.h"
 
 /*
  * Creates the tensor an Upload announces, after checking its handle, shape,
@@ -76,6 +77,9 @@ void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
             if (!it) {
                 snprintf(msg, sizeof msg, "out of host memory");
                 st = TF_ERR_NO_MEMORY;
+            } else if ((st = tfd_unwritten_note_write(c, t, up->offset, up->data.len, msg,
+                                                      sizeof msg)) != TF_OK) {
+                tfd_item_free(it);
             } else {
                 it->u.copy.device = (uint8_t *)t->data + up->offset;
                 it->u.copy.host = up->data.data;
@@ -158,16 +162,21 @@ void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
                         (unsigned long long)id, t->bytes);
         return;
     }
-    if (length > c->srv->opt.max_frame_bytes) {
+    /* The reply carries the bytes plus its own fields: it must fit the frame maximum too. */
+    uint64_t most = c->srv->opt.max_frame_bytes - TF__FRAME_HEADROOM;
+    if (length > most) {
         refuse_download(c, seq, TF_ERR_INVALID_ARGUMENT,
-                        "read of %llu bytes exceeds the %llu-byte frame maximum: read in chunks",
-                        (unsigned long long)length, (unsigned long long)c->srv->opt.max_frame_bytes);
+                        "read of %llu bytes does not fit one reply: read in chunks of at most %llu "
+                        "bytes (the %llu-byte frame maximum less %llu for the reply's fields)",
+                        (unsigned long long)length, (unsigned long long)most,
+                        (unsigned long long)c->srv->opt.max_frame_bytes,
+                        (unsigned long long)TF__FRAME_HEADROOM);
         return;
     }
     tfd_item *it = tfd_item_new(TFD_ITEM_READ);
     void *host = malloc(length ? length : 1);
-    if (!it || !host) {
-        free(it);
+    if (!it || !host || tfd_unwritten_settle(c, t, why, sizeof why) != TF_OK) {
+        tfd_item_free(it);
         free(host);
         refuse_download(c, seq, TF_ERR_NO_MEMORY, "out of host memory for a %llu-byte read",
                         (unsigned long long)length);

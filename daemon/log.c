@@ -1,11 +1,14 @@
 /*
  * Logging. Lines carry a syslog priority prefix ("<3>") so journald files them
- * at the right level, and a plain level word for a terminal reader.
+ * at the right level, and a plain level word for a terminal reader. A line is
+ * one line: whatever a message carries (a client's string, an errno text) is
+ * escaped, so no input can start a forged line or send a terminal sequence.
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "common/sanitize.h"
 #include "daemon/log.h"
 
 static tfd_log_level current_level = TFD_LOG_INFO;
@@ -28,5 +31,11 @@ void tfd_log(tfd_log_level level, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    if (!tf__is_printable(line)) {
+        char safe[4 * sizeof line];
+        tf__sanitize_name(line, safe, sizeof safe);
+        fprintf(stderr, "<%d>tenferrod %s: %s\n", priorities[level], words[level], safe);
+        return;
+    }
     fprintf(stderr, "<%d>tenferrod %s: %s\n", priorities[level], words[level], line);
 }

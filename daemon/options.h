@@ -44,7 +44,12 @@ typedef struct tfd_options {
     uint64_t max_pinned_bytes; /* pinned buffers of every client together; 0 = unlimited */
     tfd_policy policy;
     uint64_t wait_deadline_ms; /* how long a queued opener waits under the wait policy */
-    int max_clients;
+    int max_clients;          /* clients past their Hello, all uids together */
+    int max_clients_per_uid;  /* clients past their Hello of one uid (limits.c); 0 = unlimited */
+    int max_handshakes_per_uid; /* connections of one uid still before their Hello */
+    uint64_t hello_timeout_ms;  /* a connection that has not said Hello by then is closed */
+    uint64_t uid_receive_bytes; /* unfinished input buffered for one uid; 0 = unlimited */
+    uint64_t loop_slice_us;     /* how long one connection's input may hold the loop at a time */
     int log_level;
     int busy_poll_us;         /* polling after activity before sleeping; -1 = by backend */
     tfd_quota client_quota;   /* per connection */

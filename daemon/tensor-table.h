@@ -20,6 +20,7 @@ typedef struct tfd_tensor {
     tf__meta meta;
     void *data;  /* device memory */
     size_t bytes;
+    size_t written; /* bytes [0, written) were written by this client (or zeroed); see unwritten.h */
     int in_flight; /* a pending transfer owns it: no operation, download, write or free may touch it */
 } tfd_tensor;
 

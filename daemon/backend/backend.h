@@ -76,6 +76,13 @@ typedef struct tfd_backend_vtable {
     tf_status (*copy_to_host)(tfd_backend *be, void *stream, void *dst, const void *src,
                               size_t bytes);
 
+    /*
+     * Sets `bytes` of device memory at ptr to zero, ordered on `stream`: what
+     * a client may read of a tensor it never wrote (memory another client
+     * may have used before) is zeros, never that client's bytes.
+     */
+    tf_status (*fill_zero)(tfd_backend *be, void *stream, void *ptr, size_t bytes);
+
     /* Operations, grouped by family; each switches on op->kind and op->in[0].dtype. */
     tf_status (*binary)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
     tf_status (*unary)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);

@@ -132,6 +132,15 @@ static tf_status cpu_copy_to_host(tfd_backend *be, void *stream, void *dst, cons
     return cpu_copy(dst, src, bytes);
 }
 
+static tf_status cpu_fill_zero(tfd_backend *be, void *stream, void *ptr, size_t bytes) {
+    (void)be;
+    (void)stream;
+    if (bytes == 0) return TF_OK;
+    if (ptr == NULL) return TF_ERR_INVALID_ARGUMENT;
+    memset(ptr, 0, bytes);
+    return TF_OK;
+}
+
 /* Work already finished in the calling worker, so there is nothing left to wait for. */
 static tf_status cpu_event_record(tfd_backend *be, void *stream, void **event, char *msg,
                                   size_t msg_len) {
@@ -166,6 +175,7 @@ const tfd_backend_vtable tfd_cpu_backend = {
     .free = cpu_free,
     .copy_to_device = cpu_copy_to_device,
     .copy_to_host = cpu_copy_to_host,
+    .fill_zero = cpu_fill_zero,
     .binary = tfd_cpu_binary,
     .unary = tfd_cpu_unary,
     .axpby = tfd_cpu_axpby,

@@ -1,0 +1,85 @@
+/*
+ * Connection and input limits per uid (limits.h). The counts are taken by
+ * walking the connection list: they are needed at accept, at the Hello and
+ * when a receive buffer grows, never per frame, and the list is bounded by
+ * these same limits.
+ */
+#include <stdio.h>
+#include <unistd.h>
+
+#include "daemon/access.h"
+#include "daemon/conn.h"
+#include "daemon/limits.h"
+#include "daemon/server.h"
+
+/* Root and the service user are not held to the per-uid counts: an operator can reach a daemon one user filled. */
+static int exempt(uid_t uid) { return uid == 0 || uid == geteuid(); }
+
+/* Live (not closing) connections of uid, those past their Hello or those still before it. */
+static int count_uid(const tfd_server *srv, const tfd_conn *self, uid_t uid, int hello_done) {
+    int n = 0;
+    for (const tfd_conn *o = srv->conns; o; o = o->next)
+        if (o != self && o->uid == uid && !o->closing && o->hello_done == hello_done) n++;
+    return n;
+}
+
+tf_status tfd_limits_admit_connection(tfd_conn *c, char *msg, size_t len) {
+    tfd_server *srv = c->srv;
+    if (srv->draining) {
+        snprintf(msg, len, "tenferrod is draining; connect to another daemon or retry after it restarts");
+        return TF_ERR_BUSY;
+    }
+    if (tfd_access_check(&srv->opt, c->uid, c->gid, msg, len) != TF_OK) return TF_ERR_PERMISSION;
+    int max = srv->opt.max_handshakes_per_uid;
+    if (max > 0 && !exempt(c->uid) && count_uid(srv, c, c->uid, 0) >= max) {
+        snprintf(msg, len,
+                 "uid %u already has %d connections that have not finished their Hello "
+                 "([limits] max_handshakes_per_uid); finish or close those first",
+                 (unsigned)c->uid, max);
+        return TF_ERR_TOO_MANY_CLIENTS;
+    }
+    return TF_OK;
+}
+
+tf_status tfd_limits_admit_client(tfd_conn *c, char *msg, size_t len) {
+    tfd_server *srv = c->srv;
+    if (srv->draining) {
+        snprintf(msg, len, "tenferrod is draining; connect to another daemon or retry after it restarts");
+        return TF_ERR_BUSY;
+    }
+    /* Checked again: a reload may have changed the list since the accept. */
+    if (tfd_access_check(&srv->opt, c->uid, c->gid, msg, len) != TF_OK) return TF_ERR_PERMISSION;
+    if (srv->opt.max_clients > 0 && tfd_server_client_count(srv) >= srv->opt.max_clients) {
+        snprintf(msg, len, "tenferrod already serves its maximum of %d clients; retry later",
+                 srv->opt.max_clients);
+        return TF_ERR_TOO_MANY_CLIENTS;
+    }
+    int per_uid = srv->opt.max_clients_per_uid;
+    if (per_uid > 0 && !exempt(c->uid) && count_uid(srv, c, c->uid, 1) >= per_uid) {
+        snprintf(msg, len,
+                 "uid %u already has %d clients connected ([limits] max_clients_per_uid); close "
+                 "one or ask the administrator to raise the limit",
+                 (unsigned)c->uid, per_uid);
+        return TF_ERR_TOO_MANY_CLIENTS;
+    }
+    return TF_OK;
+}
+
+uint64_t tfd_limits_uid_receive_bytes(const tfd_server *srv, uid_t uid) {
+    uint64_t sum = 0;
+    for (const tfd_conn *o = srv->conns; o; o = o->next)
+        if (o->uid == uid) sum += o->rcap;
+    return sum;
+}
+
+tf_status tfd_limits_receive_grow(tfd_conn *c, size_t cap, char *msg, size_t len) {
+    uint64_t limit = c->srv->opt.uid_receive_bytes;
+    if (limit == 0 || cap <= c->rcap) return TF_OK;
+    uint64_t others = tfd_limits_uid_receive_bytes(c->srv, c->uid) - c->rcap;
+    if (others + cap <= limit) return TF_OK;
+    snprintf(msg, len,
+             "a frame of %zu bytes would take the input buffered for uid %u to %llu bytes, above "
+             "[limits] uid_receive_bytes (%llu): send smaller frames or fewer at once",
+             cap, (unsigned)c->uid, (unsigned long long)(others + cap), (unsigned long long)limit);
+    return TF_ERR_QUOTA;
+}
