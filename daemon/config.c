@@ -296,7 +296,7 @@ static const setting settings[] = {
     {"daemon", "workers", "workers", AT(workers), set_int, 0, "executor threads (0 = one per core)"},
     {"daemon", "max_frame_bytes", "max-frame-bytes", AT(max_frame_bytes), set_frame, 0, "largest frame (64M)"},
     {"daemon", "max_pinned_bytes", "max-pinned-bytes", AT(max_pinned_bytes), set_u64, 1, "pinned buffers of all clients (half the RAM; 0 = unlimited)"},
-    {"daemon", "max_clients", "max-clients", AT(max_clients), set_int, 1, "connections served at once (256)"},
+    {"daemon", "max_clients", "max-clients", AT(max_clients), set_int, 1, "clients served at once, past their Hello (256)"},
     {"limits", "max_clients_per_uid", "max-clients-per-uid", AT(max_clients_per_uid), set_int, 1, "clients of one uid (64; 0 = unlimited)"},
     {"limits", "max_handshakes_per_uid", "max-handshakes-per-uid", AT(max_handshakes_per_uid), set_int, 1, "connections of one uid before their Hello (8)"},
     {"limits", "hello_timeout_ms", "hello-timeout-ms", AT(hello_timeout_ms), set_u64, 1, "time to say Hello before the connection is closed (5000)"},
