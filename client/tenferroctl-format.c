@@ -41,9 +41,15 @@ static void print_quota(FILE *out, const char *who, const Tenferro__Quota *q) {
     fputc('\n', out);
 }
 
-/* A string from the report made safe for a terminal (escape sequences shown, not sent). */
+/*
+ * A string from the report made safe for a terminal: shown as it is when
+ * printable (the daemon sends names so), else with its bytes escaped, so no
+ * escape sequence reaches the operator's terminal.
+ */
 static const char *shown(const char *in, char *buf, size_t len) {
-    tf__sanitize_name(in ? in : "", buf, len);
+    if (!in) return "";
+    if (tf__is_printable(in)) return in;
+    tf__sanitize_name(in, buf, len);
     return buf;
 }
 
@@ -184,8 +190,10 @@ static void json_client(FILE *out, const Tenferro__ClientInfo *ci) {
     json_string(out, ci->name);
     fprintf(out,
             ",\"live_tensors\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"pinned_bytes\":%" PRIu64
-            ",\"queued_items\":%" PRIu64 ",\"priority\":%d,\"session\":",
-            ci->live_tensors, ci->live_bytes, ci->pinned_bytes, ci->queued_items, ci->priority);
+            ",\"receive_buffer_bytes\":%" PRIu64 ",\"queued_items\":%" PRIu64
+            ",\"priority\":%d,\"session\":",
+            ci->live_tensors, ci->live_bytes, ci->pinned_bytes, ci->receive_buffer_bytes,
+            ci->queued_items, ci->priority);
     if (ci->session_id)
         fprintf(out, "{\"kind\":\"held\",\"id\":%" PRIu64 "}}", ci->session_id);
     else
@@ -261,13 +269,21 @@ static void prom_gauge(FILE *out, const char *name, const char *help, double val
 }
 
 /* Per-client gauges: each family has one sample per client. */
-enum { CLIENT_LIVE_BYTES, CLIENT_LIVE_TENSORS, CLIENT_PINNED_BYTES, CLIENT_QUEUED_ITEMS };
+enum {
+    CLIENT_LIVE_BYTES,
+    CLIENT_LIVE_TENSORS,
+    CLIENT_PINNED_BYTES,
+    CLIENT_RECEIVE_BUFFER_BYTES,
+    CLIENT_QUEUED_ITEMS
+};
 static const struct {
     const char *name, *help;
 } client_gauges[] = {
     [CLIENT_LIVE_BYTES] = {"client_live_bytes", "Device bytes of a client's live tensors."},
     [CLIENT_LIVE_TENSORS] = {"client_live_tensors", "Live tensors of a client."},
     [CLIENT_PINNED_BYTES] = {"client_pinned_bytes", "Pinned host bytes of a client's buffers."},
+    [CLIENT_RECEIVE_BUFFER_BYTES] = {"client_receive_buffer_bytes",
+                                     "Bytes buffered for a client's unfinished frames."},
     [CLIENT_QUEUED_ITEMS] = {"client_queued_items", "Stream items of a client not yet executed."},
 };
 
@@ -277,6 +293,7 @@ static uint64_t client_value(const Tenferro__ClientInfo *ci, int which) {
     case CLIENT_LIVE_BYTES: return ci->live_bytes;
     case CLIENT_LIVE_TENSORS: return ci->live_tensors;
     case CLIENT_PINNED_BYTES: return ci->pinned_bytes;
+    case CLIENT_RECEIVE_BUFFER_BYTES: return ci->receive_buffer_bytes;
     default: return ci->queued_items;
     }
 }

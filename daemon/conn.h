@@ -45,7 +45,6 @@ struct tfd_conn {
     int stream_drained;  /* the final marker completed */
     int paused;          /* requests finishing off the loop that input waits for (tfd_conn_pause) */
     int peer_eof;        /* the client shut its write side: answer what it sent, then close */
-    uint64_t eof_enqueued; /* the stream's enqueue count when the end-of-input marker went on */
     int eof_marker;      /* that marker has not completed yet */
     uint32_t decodes;    /* large frames being decoded off the loop (connection.c) */
     uv_timer_t *hello_timer; /* closes a connection that does not say Hello in time */

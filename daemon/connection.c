@@ -620,17 +620,17 @@ void tfd_conn_eof_progress(tfd_conn *c) {
     if (!c->peer_eof || c->closing || c->eof_marker) return;
     /* Requests still to run: a pause (BufferCreate, a decode, a sliced batch), a queued opener. */
     if (c->paused || c->queued || c->rlen >= TF__FRAME_HEADER_BYTES) return;
-    if (!c->stream || tfd_stream_enqueued(c->stream) == c->eof_enqueued) {
+    /* Every reply is out once no item's callback is still to run (they send the late ones). */
+    if (!c->stream || tfd_stream_awaiting(c->stream) == 0) {
         tfd_conn_close(c);
         return;
     }
-    /* Work went onto the stream since the last look: answer it first, then look again. */
+    /* Look again once what is on the stream now has called back. */
     if (tfd_conn_enqueue_marker(c, on_eof_marker, c) != TF_OK) {
         tfd_conn_close(c);
         return;
     }
     c->eof_marker = 1;
-    c->eof_enqueued = tfd_stream_enqueued(c->stream);
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
@@ -658,7 +658,6 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
         /* Half-close: the client sent its last request; it still reads the answers. */
         c->peer_eof = 1;
         uv_read_stop(stream);
-        c->eof_enqueued = UINT64_MAX; /* work enqueued before may still owe a reply: look once */
         if (!c->paused) tfd_conn_eof_progress(c);
         return;
     }
@@ -708,6 +707,7 @@ int tfd_conn_continue_later(tfd_conn *c, void (*fn)(tfd_conn *c, void *arg), voi
     }
     c->later_fn = fn;
     c->later_arg = arg;
+    c->srv->counters.loop_yields++;
     tfd_conn_pause(c);
     uv_idle_start(c->later, on_later);
     return 0;

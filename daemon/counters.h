@@ -18,6 +18,7 @@
     X(frames_received)        \
     X(frames_sent)            \
     X(batches)                \
+    X(loop_yields)            \
     X(ops_accepted)           \
     X(ops_rejected)           \
     X(quota_refusals)         \

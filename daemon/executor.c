@@ -30,7 +30,7 @@ struct tfd_stream {
     pthread_cond_t idle; /* signalled when a worker gives the stream up (scheduled drops to 0) */
     atomic_uint_fast64_t queued;
     atomic_int cancelled; /* the owner is gone: skip work, keep frees and markers */
-    uint64_t enqueued; /* items ever handed over, loop thread only (tfd_stream_enqueued) */
+    uint64_t awaiting; /* items with a callback that has not run yet, loop thread only */
     /* Sticky failure, owned by whichever worker serves the stream. */
     tfd_item_outcome failure;
     tfd_stream *run_next;
@@ -111,6 +111,7 @@ static void on_done_ready(uv_poll_t *h, int status, int events) {
     while (it) {
         tfd_item *next = it->next;
         failed |= it->outcome.status != TF_OK;
+        it->stream->awaiting--; /* before the callback, which may destroy the stream */
         it->done(it);
         it = next;
     }
@@ -466,7 +467,7 @@ void *tfd_stream_native(tfd_stream *s) { return s->native; }
 
 uint64_t tfd_stream_queued(tfd_stream *s) { return atomic_load(&s->queued); }
 
-uint64_t tfd_stream_enqueued(const tfd_stream *s) { return s->enqueued; }
+uint64_t tfd_stream_awaiting(const tfd_stream *s) { return s->awaiting; }
 
 void tfd_stream_cancel(tfd_stream *s) { atomic_store(&s->cancelled, 1); }
 
@@ -509,7 +510,7 @@ int tfd_stream_execute_now(tfd_stream *s, tfd_item *item) {
     int held = s->scheduled;
     pthread_mutex_unlock(&s->lock);
     if (held) return 0;
-    s->enqueued++;
+    s->awaiting += item->done != NULL;
     item->stream = s;
     item->next = NULL;
     execute_item(s, item);
@@ -521,10 +522,10 @@ void tfd_stream_enqueue(tfd_stream *s, tfd_item *first, tfd_item *last, uint64_t
     if (!first) return;
     for (tfd_item *it = first; it; it = it->next) {
         it->stream = s;
+        s->awaiting += it->done != NULL;
         if (it == last) break;
     }
     last->next = NULL;
-    s->enqueued += count;
     atomic_fetch_add(&s->queued, count);
     pthread_mutex_lock(&s->lock);
     if (s->tail)

@@ -134,8 +134,8 @@ void *tfd_stream_native(tfd_stream *s);
 
 /* Number of items queued and not yet executed. */
 uint64_t tfd_stream_queued(tfd_stream *s);
-/* Items ever enqueued on (or executed at once by) the stream; loop thread only. */
-uint64_t tfd_stream_enqueued(const tfd_stream *s);
+/* Items with a done callback that has not run on the loop yet; loop thread only. */
+uint64_t tfd_stream_awaiting(const tfd_stream *s);
 
 /*
  * When the stream has nothing queued or running and its device work has

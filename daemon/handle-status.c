@@ -49,6 +49,7 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
         ci->queued_items = o->stream ? tfd_stream_queued(o->stream) : 0;
         ci->priority = o->priority;
         ci->pinned_bytes = o->buffers.bytes;
+        ci->receive_buffer_bytes = o->rcap;
         info_ptrs[k++] = ci;
     }
 

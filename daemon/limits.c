@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
+#include "common/frame.h"
 #include "daemon/access.h"
 #include "daemon/conn.h"
 #include "daemon/limits.h"
@@ -65,17 +66,24 @@ tf_status tfd_limits_admit_client(tfd_conn *c, char *msg, size_t len) {
     return TF_OK;
 }
 
+/*
+ * The part of a receive buffer the budget counts: every connection may read
+ * into its first TF__MIN_MAX_FRAME_BYTES (the connection counts bound those),
+ * only what a frame grows it beyond counts.
+ */
+static uint64_t counted(size_t cap) { return cap > TF__MIN_MAX_FRAME_BYTES ? cap : 0; }
+
 uint64_t tfd_limits_uid_receive_bytes(const tfd_server *srv, uid_t uid) {
     uint64_t sum = 0;
     for (const tfd_conn *o = srv->conns; o; o = o->next)
-        if (o->uid == uid) sum += o->rcap;
+        if (o->uid == uid) sum += counted(o->rcap);
     return sum;
 }
 
 tf_status tfd_limits_receive_grow(tfd_conn *c, size_t cap, char *msg, size_t len) {
     uint64_t limit = c->srv->opt.uid_receive_bytes;
-    if (limit == 0 || cap <= c->rcap) return TF_OK;
-    uint64_t others = tfd_limits_uid_receive_bytes(c->srv, c->uid) - c->rcap;
+    if (limit == 0 || counted(cap) == 0 || cap <= c->rcap) return TF_OK;
+    uint64_t others = tfd_limits_uid_receive_bytes(c->srv, c->uid) - counted(c->rcap);
     if (others + cap <= limit) return TF_OK;
     snprintf(msg, len,
              "a frame of %zu bytes would take the input buffered for uid %u to %llu bytes, above "

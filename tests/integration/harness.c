@@ -1,5 +1,6 @@
 /* The integration-test harness (see harness.h). */
 #include <errno.h>
+#include <libgen.h>
 #include <complex.h>
 #include <math.h>
 #include <poll.h>
@@ -452,4 +453,43 @@ int th_reply_problem(const Tenferro__Frame *reply, tf_status status, const char 
         return 1;
     }
     return th_result_problem(reply->result, status, needle, why, n);
+}
+
+/* Runs the tenferroctl next to the daemon binary, its output captured (harness.h). */
+int th_run_ctl(const th_daemon *d, char *out, size_t cap, const char *cmd, const char *arg) {
+    const char *daemon = getenv("TENFERRO_DAEMON");
+    char dir[512], ctl[600];
+    snprintf(dir, sizeof dir, "%s", daemon && daemon[0] ? daemon : "build/tenferrod");
+    snprintf(ctl, sizeof ctl, "%s/tenferroctl", dirname(dir));
+    int p[2];
+    if (pipe(p) != 0) return -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(p[1], STDOUT_FILENO);
+        dup2(p[1], STDERR_FILENO);
+        close(p[0]);
+        close(p[1]);
+        execl(ctl, ctl, "--socket", d->socket, cmd, arg, (char *)NULL);
+        fprintf(stderr, "cannot run %s: %s\n", ctl, strerror(errno));
+        _exit(127);
+    }
+    close(p[1]);
+    size_t len = 0;
+    for (;;) {
+        char sink[4096]; /* what does not fit in out is read and dropped */
+        char *dst = len + 1 < cap ? out + len : sink;
+        ssize_t n = read(p[0], dst, dst == sink ? sizeof sink : cap - 1 - len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        if (dst != sink) len += (size_t)n;
+    }
+    out[len] = '\0';
+    close(p[0]);
+    return th_wait(pid);
 }

@@ -119,6 +119,13 @@ Tenferro__Frame *th_status_report(const th_daemon *d);
         }                                                                                         \
     } while (0)
 
+/*
+ * Runs `tenferroctl --socket S cmd [arg]` (the binary next to TENFERRO_DAEMON)
+ * with stdout and stderr captured into out (NUL-terminated, cut at cap).
+ * Returns its exit status, or -1 when it could not be started.
+ */
+int th_run_ctl(const th_daemon *d, char *out, size_t cap, const char *cmd, const char *arg);
+
 /* ---- raw frames, for bad-input tests ---- */
 
 /* Connects a plain socket without a handshake; returns the fd or -1. */

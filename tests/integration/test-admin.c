@@ -17,7 +17,6 @@
 #include <check.h>
 #include <errno.h>
 #include <grp.h>
-#include <libgen.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -43,45 +42,6 @@
 static void expect_counter(const th_daemon *d, const char *name, uint64_t value) {
     ck_assert_msg(th_wait_counter(d, name, value, WAIT_MS), "counter %s is %llu, expected %llu",
                   name, (unsigned long long)th_counter(d, name), (unsigned long long)value);
-}
-
-/*
- * Runs `tenferroctl --socket S cmd [arg]` (the binary next to TENFERRO_DAEMON)
- * with stdout and stderr captured into out (NUL-terminated, cut at cap).
- * Returns its exit status.
- */
-static int run_ctl(const th_daemon *d, char *out, size_t cap, const char *cmd, const char *arg) {
-    const char *daemon = getenv("TENFERRO_DAEMON");
-    char dir[512], ctl[600];
-    snprintf(dir, sizeof dir, "%s", daemon && daemon[0] ? daemon : "build/tenferrod");
-    snprintf(ctl, sizeof ctl, "%s/tenferroctl", dirname(dir));
-    int p[2];
-    ck_assert_msg(pipe(p) == 0, "pipe: %s", strerror(errno));
-    fflush(NULL);
-    pid_t pid = fork();
-    ck_assert_msg(pid >= 0, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        dup2(p[1], STDOUT_FILENO);
-        dup2(p[1], STDERR_FILENO);
-        close(p[0]);
-        close(p[1]);
-        execl(ctl, ctl, "--socket", d->socket, cmd, arg, (char *)NULL);
-        fprintf(stderr, "cannot run %s: %s\n", ctl, strerror(errno));
-        _exit(127);
-    }
-    close(p[1]);
-    size_t len = 0;
-    for (;;) {
-        char sink[4096]; /* what does not fit in out is read and dropped */
-        char *dst = len + 1 < cap ? out + len : sink;
-        ssize_t n = read(p[0], dst, dst == sink ? sizeof sink : cap - 1 - len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        if (dst != sink) len += (size_t)n;
-    }
-    out[len] = '\0';
-    close(p[0]);
-    return th_wait(pid);
 }
 
 /* ---- pipes between processes ---- */
@@ -294,7 +254,7 @@ START_TEST(test_terminate_holder) {
 
     char out[1024], id[32];
     snprintf(id, sizeof id, "%llu", (unsigned long long)holder_id);
-    ck_assert_msg(run_ctl(&d, out, sizeof out, "terminate", id) == 0, "terminate: %s", out);
+    ck_assert_msg(th_run_ctl(&d, out, sizeof out, "terminate", id) == 0, "terminate: %s", out);
     expect_child_ok(opener, "the queued opener");
     ck_assert(put_u64(go[1], 1));
     expect_child_ok(holder, "the terminated holder");
@@ -322,9 +282,9 @@ START_TEST(test_terminate_self_and_unknown) {
     th_daemon d;
     CK_DAEMON_START(&d, "--reservation-policy", "reject");
     char out[1024];
-    ck_assert_int_eq(run_ctl(&d, out, sizeof out, "terminate", "999"), 1);
+    ck_assert_int_eq(th_run_ctl(&d, out, sizeof out, "terminate", "999"), 1);
     ck_assert_msg(strstr(out, "tenferroctl: TF_ERR_INVALID_ARGUMENT: no client 999"), "%s", out);
-    ck_assert_int_eq(run_ctl(&d, out, sizeof out, "terminate", "x"), 2);
+    ck_assert_int_eq(th_run_ctl(&d, out, sizeof out, "terminate", "x"), 2);
 
     int fd = th_raw_connect(&d);
     Tenferro__Frame *hello = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
@@ -359,13 +319,13 @@ START_TEST(test_drain) {
     tf_tensor t;
     CK_STATUS(c, upload_ramp(c, 1.0, &t), TF_OK);
     char out[1024];
-    ck_assert_msg(run_ctl(&d, out, sizeof out, "drain", NULL) == 0, "drain: %s", out);
+    ck_assert_msg(th_run_ctl(&d, out, sizeof out, "drain", NULL) == 0, "drain: %s", out);
 
     tf_client *late = NULL;
     CK_STATUS(late, tf_connect(d.socket, &late), TF_ERR_BUSY);
     ck_assert_msg(strstr(tf_client_last_error(late), "draining"), "%s", tf_client_last_error(late));
     tf_disconnect(late);
-    ck_assert_int_eq(run_ctl(&d, out, sizeof out, "status", NULL), 1);
+    ck_assert_int_eq(th_run_ctl(&d, out, sizeof out, "status", NULL), 1);
     ck_assert_msg(strstr(out, "tenferroctl: TF_ERR_BUSY: ") && strstr(out, "tenferrod is draining"),
                   "%s", out);
 
@@ -398,14 +358,14 @@ START_TEST(test_trim_busy_while_held) {
     tf_client *c = connect_holder(&d, &t, &s);
     char out[1024], want[128];
     double t0 = now_ms();
-    ck_assert_int_eq(run_ctl(&d, out, sizeof out, "trim", NULL), 1);
+    ck_assert_int_eq(th_run_ctl(&d, out, sizeof out, "trim", NULL), 1);
     double waited = now_ms() - t0;
     snprintf(want, sizeof want, "tenferroctl: TF_ERR_BUSY: a held session of client %llu is open",
              (unsigned long long)tf_client_id(c));
     ck_assert_msg(strstr(out, want), "%s", out);
     ck_assert_msg(waited < 5000, "trim took %.0f ms while a session was held", waited);
     CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
-    ck_assert_msg(run_ctl(&d, out, sizeof out, "trim", NULL) == 0, "trim: %s", out);
+    ck_assert_msg(th_run_ctl(&d, out, sizeof out, "trim", NULL) == 0, "trim: %s", out);
     ck_assert(ramp_intact(c, t, 1.0));
     tf_disconnect(c);
     CK_DAEMON_STOP(&d);
@@ -526,7 +486,7 @@ START_TEST(test_status_json_and_metrics) {
 
     static char out[1 << 16];
     char want[256];
-    ck_assert_msg(run_ctl(&d, out, sizeof out, "status", "--json") == 0, "status --json: %s", out);
+    ck_assert_msg(th_run_ctl(&d, out, sizeof out, "status", "--json") == 0, "status --json: %s", out);
     ck_assert_msg(json_valid(out), "status --json is not valid JSON:\n%s", out);
     for (const char *p = out; *p; p++)
         ck_assert_msg((unsigned char)*p < 0x80, "a byte that is not UTF-8 reached the JSON: %s", out);
@@ -540,7 +500,7 @@ START_TEST(test_status_json_and_metrics) {
     ck_assert_msg(strstr(out, "\"session\":{\"kind\":\"held\",\"id\":"), "%s", out);
     ck_assert_msg(strstr(out, "\"counters\":{\"connections_accepted\":"), "%s", out);
 
-    ck_assert_msg(run_ctl(&d, out, sizeof out, "metrics", NULL) == 0, "metrics: %s", out);
+    ck_assert_msg(th_run_ctl(&d, out, sizeof out, "metrics", NULL) == 0, "metrics: %s", out);
     ck_assert_msg(strstr(out, "# TYPE tenferrod_"), "%s", out);
     ck_assert_msg(strstr(out, "\ntenferrod_up 1\n"), "%s", out);
     ck_assert_msg(strstr(out, "\n# TYPE tenferrod_ops_accepted_total counter\n"), "%s", out);
