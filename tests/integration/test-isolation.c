@@ -446,7 +446,7 @@ END_TEST
 /* After one large frame a connection's receive buffer shrinks back: it does not keep megabytes. */
 START_TEST(test_receive_buffer_shrinks) {
     th_daemon d;
-    CK_DAEMON_START(&d, "--device", "cpu");
+    CK_DAEMON_START(&d, "--log-level", "info");
     int fd = raw_client(&d, "big-once");
     ck_assert_int_ge(fd, 0);
     static double big[1 << 18]; /* 2 MiB */
@@ -482,7 +482,7 @@ END_TEST
  */
 START_TEST(test_half_close_answered) {
     th_daemon d;
-    CK_DAEMON_START(&d, "--device", th_device());
+    CK_DAEMON_START(&d, "--log-level", "info");
     int fd = raw_client(&d, "half-close");
     ck_assert_int_ge(fd, 0);
     static double x[ELEMS], back[ELEMS];
@@ -615,7 +615,7 @@ END_TEST
 /* A request above the pre-Hello 64 KiB limit, written in one go with the Hello, is served. */
 START_TEST(test_pipelined_hello) {
     th_daemon d;
-    CK_DAEMON_START(&d, "--device", th_device());
+    CK_DAEMON_START(&d, "--log-level", "info");
     int fd = th_raw_connect(&d);
     ck_assert_int_ge(fd, 0);
     Tenferro__Frame hf = TENFERRO__FRAME__INIT;
@@ -679,7 +679,7 @@ static void upload_small(int fd, uint64_t id) {
 /* A Submit beyond TF__MAX_OPS_PER_SUBMIT is refused typed; the connection stays usable. */
 START_TEST(test_submit_op_limit) {
     th_daemon d;
-    CK_DAEMON_START(&d, "--device", th_device());
+    CK_DAEMON_START(&d, "--log-level", "info");
     int fd = raw_client(&d, "too-many-ops");
     ck_assert_int_ge(fd, 0);
     upload_small(fd, 1);
@@ -729,7 +729,7 @@ END_TEST
  */
 START_TEST(test_batches_yield_the_loop) {
     th_daemon d;
-    CK_DAEMON_START(&d, "--device", th_device(), "--loop-slice-us", "500");
+    CK_DAEMON_START(&d, "--loop-slice-us", "500");
     int flood = raw_client(&d, "flooder");
     ck_assert_int_ge(flood, 0);
     upload_small(flood, 1);
