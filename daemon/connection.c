@@ -371,6 +371,40 @@ static void stop_hello_timer(tfd_conn *c) {
 /* Table walker: frees one tensor's device memory on the stream. */
 static void free_one(tfd_tensor *rec, void *arg) { tfd_free_tensor_storage(arg, rec); }
 
+/* Worker-side table walker: frees one tensor's device memory. */
+static void free_on_worker(tfd_tensor *rec, void *arg) { tfd_stream_free_memory(arg, rec->data, rec->bytes); }
+
+/* On the worker, after everything the connection queued: frees every tensor of the table it owns. */
+static void free_table_on_worker(tfd_stream *s, void *arg) {
+    tfd_tensor_table *t = arg;
+    tfd_tensor_table_each(t, free_on_worker, s);
+    tfd_tensor_table_destroy(t);
+    free(t);
+}
+
+/*
+ * Hands the connection's whole tensor table to its stream, which frees every
+ * tensor after the work queued before: one item, however many tensors, so a
+ * client leaving with a million tensors does not hold the loop. Without
+ * memory for that, one FREE item per tensor.
+ */
+static void free_tensors(tfd_conn *c) {
+    c->srv->counters.tensors_freed += c->tensors.count;
+    tfd_tensor_table *moved = malloc(sizeof *moved);
+    tfd_item *it = moved ? tfd_item_new(TFD_ITEM_CALL) : NULL;
+    if (!it) {
+        free(moved);
+        tfd_tensor_table_each(&c->tensors, free_one, c);
+        tfd_tensor_table_destroy(&c->tensors);
+        return;
+    }
+    *moved = c->tensors;
+    tfd_tensor_table_init(&c->tensors);
+    it->u.call.fn = free_table_on_worker;
+    it->u.call.arg = moved;
+    tfd_stream_enqueue(c->stream, it, it, 1);
+}
+
 void tfd_conn_close(tfd_conn *c) {
     if (c->closing) return;
     c->closing = 1;
@@ -388,9 +422,7 @@ void tfd_conn_close(tfd_conn *c) {
     tfd_admission_cancel(c);
     c->scoped_active = 0;
     if (c->stream) {
-        tfd_tensor_table_each(&c->tensors, free_one, c);
-        c->srv->counters.tensors_freed += c->tensors.count;
-        tfd_tensor_table_destroy(&c->tensors);
+        free_tensors(c);
         if (tfd_conn_enqueue_marker(c, on_final_marker, c) != TF_OK) c->stream_drained = 1;
     } else {
         c->stream_drained = 1;

@@ -237,7 +237,7 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
     char msg[256] = "";
     tf_status st = TF_OK;
     if (atomic_load_explicit(&s->cancelled, memory_order_relaxed) && it->type != TFD_ITEM_FREE &&
-        it->type != TFD_ITEM_MARKER && it->type != TFD_ITEM_ZERO) {
+        it->type != TFD_ITEM_MARKER && it->type != TFD_ITEM_ZERO && it->type != TFD_ITEM_CALL) {
         /* Whoever waits for a skipped copy (a pending transfer) still hears about it. */
         if (it->type == TFD_ITEM_READ || (it->type == TFD_ITEM_WRITE && it->done)) {
             it->outcome.status = TF_ERR_DISCONNECTED;
@@ -288,6 +288,9 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
     case TFD_ITEM_ZERO:
         st = be->vt->fill_zero(be, s->native, it->u.free.ptr, it->u.free.bytes);
         if (st != TF_OK && s->failure.status == TF_OK) note_failure(s, it, st, "zero-fill failed");
+        break;
+    case TFD_ITEM_CALL:
+        it->u.call.fn(s, it->u.call.arg);
         break;
     case TFD_ITEM_FREE:
         be->vt->free(be, s->native, it->u.free.ptr, it->u.free.bytes);
@@ -468,6 +471,11 @@ void *tfd_stream_native(tfd_stream *s) { return s->native; }
 uint64_t tfd_stream_queued(tfd_stream *s) { return atomic_load(&s->queued); }
 
 uint64_t tfd_stream_awaiting(const tfd_stream *s) { return s->awaiting; }
+
+void tfd_stream_free_memory(tfd_stream *s, void *ptr, size_t bytes) {
+    s->ex->be->vt->free(s->ex->be, s->native, ptr, bytes);
+    tfd_executor_note_free(s->ex, bytes);
+}
 
 void tfd_stream_cancel(tfd_stream *s) { atomic_store(&s->cancelled, 1); }
 

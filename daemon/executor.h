@@ -36,6 +36,7 @@ typedef enum tfd_item_type {
     TFD_ITEM_FREE = 4,   /* free device memory */
     TFD_ITEM_MARKER = 5, /* complete once everything before it has completed */
     TFD_ITEM_ZERO = 6,   /* zero device memory a client has not written (never skipped) */
+    TFD_ITEM_CALL = 7,   /* run u.call.fn on the worker, in order (never skipped) */
 } tfd_item_type;
 
 /* Runs on the loop thread when a READ, MARKER or waited-for WRITE item has completed. */
@@ -75,6 +76,10 @@ struct tfd_item {
             void *ptr;
             size_t bytes;
         } free; /* FREE, and ZERO: the range to zero */
+        struct {
+            void (*fn)(tfd_stream *s, void *arg);
+            void *arg;
+        } call;
     } u;
     /*
      * For READ and MARKER, and for a WRITE that sets it (a pending upload):
@@ -131,6 +136,12 @@ void tfd_stream_destroy(tfd_stream *s);
 
 /* The backend's native stream behind a logical stream (for allocation). */
 void *tfd_stream_native(tfd_stream *s);
+
+/*
+ * Frees device memory from a CALL item's function on the worker (the
+ * executor's byte counters follow), as a FREE item would.
+ */
+void tfd_stream_free_memory(tfd_stream *s, void *ptr, size_t bytes);
 
 /* Number of items queued and not yet executed. */
 uint64_t tfd_stream_queued(tfd_stream *s);

@@ -399,11 +399,14 @@ START_TEST(test_receive_buffers_bounded_per_uid) {
             /* 3 MiB of a 3 MiB + 1 frame: a 4 MiB buffer each, 8 MiB for the uid. */
             int ok = a >= 0 && b >= 0 && start_frame(a, (3u << 20) + 1, 3u << 20) == 0 &&
                      start_frame(b, (3u << 20) + 1, 3u << 20) == 0;
+            if (!ok) fprintf(stderr, "the two holders could not start their frames\n");
             sleep_ms(300);
             int c = raw_client(&d, "over");
             /* Refused as soon as its header is read: the whole frame would not fit. */
-            ok = ok && c >= 0 && start_frame(c, (3u << 20) + 1, 1000) == 0;
+            ok = ok && c >= 0 && start_frame(c, (3u << 20) + 1, 0) == 0;
+            if (!ok) fprintf(stderr, "the third connection could not start its frame\n");
             Tenferro__Frame *word = ok ? th_raw_recv(c, RAW_MS) : NULL;
+            if (ok && !word) fprintf(stderr, "no last word on the third connection\n");
             ok = ok && word && word->seq == 0 && word->body_case == TENFERRO__FRAME__BODY_RESULT &&
                  word->result->status == TF_ERR_QUOTA &&
                  strstr(word->result->message, "uid_receive_bytes") && th_raw_closed(c, RAW_MS);
