@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every benchmark of a build against a private CPU tenferrod.
 #
-#   scripts/bench.sh <build-dir>
+#   scripts/bench.sh <build-dir> [bench-name ...]
 #
+# With names, only those benchmarks run (make check runs bench-hostile this way).
 # Starts <build-dir>/tenferrod --device cpu on a socket under /tmp, waits until
 # it answers `tenferroctl status`, runs each <build-dir>/bench/* binary with the
 # socket path as its argument, then stops the daemon with SIGTERM and checks
@@ -11,7 +12,9 @@
 # the daemon did not start or stop cleanly.
 set -u
 
-build=${1:?usage: scripts/bench.sh <build-dir>}
+build=${1:?usage: scripts/bench.sh <build-dir> [bench-name ...]}
+shift
+only=" $* "
 daemon="$build/tenferrod"
 ctl="$build/tenferroctl"
 for f in "$daemon" "$ctl"; do
@@ -52,6 +55,7 @@ echo "# daemon: $("$ctl" --socket "$socket" status | sed -n 's/^device:[[:space:
 failed=0
 for b in "$build"/bench/*; do
     if [ ! -f "$b" ] || [ ! -x "$b" ]; then continue; fi
+    if [ "$only" != "  " ] && [[ "$only" != *" $(basename "$b") "* ]]; then continue; fi
     echo "# running $(basename "$b")"
     if ! "$b" "$socket"; then
         echo "bench.sh: $(basename "$b") FAILED" >&2
