@@ -24,12 +24,16 @@ static int count_uid(const tfd_server *srv, const tfd_conn *self, uid_t uid, int
     return n;
 }
 
+/* 1 (with the refusal in msg) while an admin drain refuses new clients. */
+static int draining(const tfd_server *srv, char *msg, size_t len) {
+    if (!srv->draining) return 0;
+    snprintf(msg, len, "tenferrod is draining; connect to another daemon or retry after it restarts");
+    return 1;
+}
+
 tf_status tfd_limits_admit_connection(tfd_conn *c, char *msg, size_t len) {
     tfd_server *srv = c->srv;
-    if (srv->draining) {
-        snprintf(msg, len, "tenferrod is draining; connect to another daemon or retry after it restarts");
-        return TF_ERR_BUSY;
-    }
+    if (draining(srv, msg, len)) return TF_ERR_BUSY;
     if (tfd_access_check(&srv->opt, c->uid, c->gid, msg, len) != TF_OK) return TF_ERR_PERMISSION;
     int max = srv->opt.max_handshakes_per_uid;
     if (max > 0 && !exempt(c->uid) && count_uid(srv, c, c->uid, 0) >= max) {
@@ -44,10 +48,7 @@ tf_status tfd_limits_admit_connection(tfd_conn *c, char *msg, size_t len) {
 
 tf_status tfd_limits_admit_client(tfd_conn *c, char *msg, size_t len) {
     tfd_server *srv = c->srv;
-    if (srv->draining) {
-        snprintf(msg, len, "tenferrod is draining; connect to another daemon or retry after it restarts");
-        return TF_ERR_BUSY;
-    }
+    if (draining(srv, msg, len)) return TF_ERR_BUSY;
     /* Checked again: a reload may have changed the list since the accept. */
     if (tfd_access_check(&srv->opt, c->uid, c->gid, msg, len) != TF_OK) return TF_ERR_PERMISSION;
     if (srv->opt.max_clients > 0 && tfd_server_client_count(srv) >= srv->opt.max_clients) {

@@ -109,6 +109,49 @@ static int raw_client(const th_daemon *d, const char *name) {
     return fd;
 }
 
+/* Operations of one Submit: negations, each reading `input` (or the previous output when chained). */
+typedef struct op_list {
+    int n;
+    Tenferro__Op *ops;
+    Tenferro__Op **ptrs;
+    uint64_t *ins;
+} op_list;
+
+/* Fills *l with n negations writing outputs first_out, first_out + 1, ... */
+static void neg_ops(op_list *l, int n, uint64_t input, uint64_t first_out, int chained) {
+    l->n = n;
+    l->ops = calloc((size_t)n, sizeof *l->ops);
+    l->ptrs = calloc((size_t)n, sizeof *l->ptrs);
+    l->ins = calloc((size_t)n, sizeof *l->ins);
+    ck_assert(l->ops && l->ptrs && l->ins);
+    for (int i = 0; i < n; i++) {
+        tenferro__op__init(&l->ops[i]);
+        l->ins[i] = chained && i > 0 ? first_out + (uint64_t)i - 1 : input;
+        l->ops[i].kind = TENFERRO__OP_KIND__OP_NEG;
+        l->ops[i].n_inputs = 1;
+        l->ops[i].inputs = &l->ins[i];
+        l->ops[i].output = first_out + (uint64_t)i;
+        l->ptrs[i] = &l->ops[i];
+    }
+}
+
+static void op_list_free(op_list *l) {
+    free(l->ops);
+    free(l->ptrs);
+    free(l->ins);
+}
+
+/* Builds a Submit frame of mode carrying the operations of l. */
+static void build_submit(Tenferro__Frame *f, Tenferro__Submit *sub, const op_list *l, uint32_t mode) {
+    tenferro__frame__init(f);
+    tenferro__submit__init(sub);
+    sub->mode = mode;
+    sub->n_ops = (size_t)l->n;
+    sub->ops = l->ptrs;
+    f->body_case = TENFERRO__FRAME__BODY_SUBMIT;
+    f->submit = sub;
+}
+
 /* Drops to uid/gid (nobody by default) in a child, before it connects. */
 static int become(uid_t uid, gid_t gid) {
     return setgroups(0, NULL) == 0 && setgid(gid) == 0 && setuid(uid) == 0;
@@ -182,20 +225,13 @@ START_TEST(test_unwritten_bytes_read_zero) {
         ck_assert(memcmp(back + ELEMS / 2, mine, sizeof mine) == 0);
         /* An operation reading an unwritten tensor sees zeros: neg(0) = 0. */
         upload(attacker, 103, 1, 0, NULL, 0);
-        Tenferro__Frame f = TENFERRO__FRAME__INIT;
-        Tenferro__Submit sub = TENFERRO__SUBMIT__INIT;
-        Tenferro__Op op = TENFERRO__OP__INIT, *ops[1] = {&op};
-        uint64_t in[1] = {103};
-        op.kind = TENFERRO__OP_KIND__OP_NEG;
-        op.n_inputs = 1;
-        op.inputs = in;
-        op.output = 104;
-        sub.mode = TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL;
-        sub.n_ops = 1;
-        sub.ops = ops;
-        f.body_case = TENFERRO__FRAME__BODY_SUBMIT;
-        f.submit = &sub;
+        op_list neg;
+        neg_ops(&neg, 1, 103, 104, 0);
+        Tenferro__Frame f;
+        Tenferro__Submit sub;
+        build_submit(&f, &sub, &neg, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL);
         CK_EXPECT_RESULT(call(attacker, &f), TF_OK, NULL);
+        op_list_free(&neg);
         download(attacker, 104, back, BYTES);
         for (int i = 0; i < ELEMS; i++) leaked += back[i] != 0.0;
         close(attacker);
@@ -491,27 +527,13 @@ START_TEST(test_half_close_answered) {
     static double x[ELEMS], back[ELEMS];
     fill_secret(x, ELEMS, 0.5);
     upload(fd, 1, 1, 0, x, BYTES);
-    /* A scoped burst of 2000 negations, its final frame, then a download: all before SHUT_WR. */
+    /* A scoped burst of 2000 chained negations, its final frame, then a download: all before SHUT_WR. */
     enum { OPS = 2000 };
-    static Tenferro__Op ops[OPS];
-    static Tenferro__Op *ptrs[OPS];
-    static uint64_t ins[OPS];
-    for (int i = 0; i < OPS; i++) {
-        tenferro__op__init(&ops[i]);
-        ins[i] = i == 0 ? 1 : (uint64_t)(10 + i - 1);
-        ops[i].kind = TENFERRO__OP_KIND__OP_NEG;
-        ops[i].n_inputs = 1;
-        ops[i].inputs = &ins[i];
-        ops[i].output = (uint64_t)(10 + i);
-        ptrs[i] = &ops[i];
-    }
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Submit sub = TENFERRO__SUBMIT__INIT;
-    sub.mode = TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL;
-    sub.n_ops = OPS;
-    sub.ops = ptrs;
-    f.body_case = TENFERRO__FRAME__BODY_SUBMIT;
-    f.submit = &sub;
+    op_list chain;
+    neg_ops(&chain, OPS, 1, 10, 1);
+    Tenferro__Frame f;
+    Tenferro__Submit sub;
+    build_submit(&f, &sub, &chain, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL);
     f.seq = 77;
     ck_assert_int_eq(th_raw_send(fd, &f), 0);
     Tenferro__Frame g;
@@ -532,6 +554,7 @@ START_TEST(test_half_close_answered) {
     tf__frame_free(r2);
     ck_assert_msg(th_raw_closed(fd, RAW_MS), "the daemon did not close after answering");
     close(fd);
+    op_list_free(&chain);
     ck_assert(th_wait_counter(&d, "tensors_freed", OPS + 1, RAW_MS));
     CK_DAEMON_STOP(&d);
 }
@@ -687,24 +710,11 @@ START_TEST(test_submit_op_limit) {
     ck_assert_int_ge(fd, 0);
     upload_small(fd, 1);
     enum { OPS = TF__MAX_OPS_PER_SUBMIT + 1 };
-    Tenferro__Op *ops = calloc(OPS, sizeof *ops);
-    Tenferro__Op **ptrs = calloc(OPS, sizeof *ptrs);
-    uint64_t one = 1;
-    for (int i = 0; i < OPS; i++) {
-        tenferro__op__init(&ops[i]);
-        ops[i].kind = TENFERRO__OP_KIND__OP_NEG;
-        ops[i].n_inputs = 1;
-        ops[i].inputs = &one;
-        ops[i].output = (uint64_t)(100 + i);
-        ptrs[i] = &ops[i];
-    }
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Submit sub = TENFERRO__SUBMIT__INIT;
-    sub.mode = TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL;
-    sub.n_ops = OPS;
-    sub.ops = ptrs;
-    f.body_case = TENFERRO__FRAME__BODY_SUBMIT;
-    f.submit = &sub;
+    op_list many;
+    neg_ops(&many, OPS, 1, 100, 0);
+    Tenferro__Frame f;
+    Tenferro__Submit sub;
+    build_submit(&f, &sub, &many, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL);
     Tenferro__Frame *r = call(fd, &f);
     ck_assert_ptr_nonnull(r);
     CK_RESULT(r->result, TF_ERR_INVALID_ARGUMENT, "at most 65536");
@@ -717,8 +727,7 @@ START_TEST(test_submit_op_limit) {
     CK_RESULT(r->result, TF_OK, NULL);
     ck_assert_uint_eq(r->result->ops_accepted, OPS - 1);
     tf__frame_free(r);
-    free(ops);
-    free(ptrs);
+    op_list_free(&many);
     close(fd);
     CK_DAEMON_STOP(&d);
 }
@@ -737,28 +746,16 @@ START_TEST(test_batches_yield_the_loop) {
     ck_assert_int_ge(flood, 0);
     upload_small(flood, 1);
     enum { OPS = TF__MAX_OPS_PER_SUBMIT, BATCHES = 4 };
-    Tenferro__Op *ops = calloc(OPS, sizeof *ops);
-    Tenferro__Op **ptrs = calloc(OPS, sizeof *ptrs);
-    uint64_t one = 1;
-    for (int i = 0; i < OPS; i++) {
-        tenferro__op__init(&ops[i]);
-        ops[i].kind = TENFERRO__OP_KIND__OP_NEG;
-        ops[i].n_inputs = 1;
-        ops[i].inputs = &one;
-        ptrs[i] = &ops[i];
-    }
-    Tenferro__Frame sf = TENFERRO__FRAME__INIT;
-    Tenferro__Submit sub = TENFERRO__SUBMIT__INIT;
-    sub.mode = TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED;
-    sub.n_ops = OPS;
-    sub.ops = ptrs;
-    sf.body_case = TENFERRO__FRAME__BODY_SUBMIT;
-    sf.submit = &sub;
+    op_list batch;
+    neg_ops(&batch, OPS, 1, 100, 0);
+    Tenferro__Frame sf;
+    Tenferro__Submit sub;
+    build_submit(&sf, &sub, &batch, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED);
     int light = raw_client(&d, "light");
     ck_assert_int_ge(light, 0);
     int answered_during = 0, asked = 0;
     for (int b = 0; b < BATCHES; b++) {
-        for (int i = 0; i < OPS; i++) ops[i].output = (uint64_t)(100 + b * OPS + i);
+        for (int i = 0; i < OPS; i++) batch.ops[i].output = (uint64_t)(100 + b * OPS + i);
         sf.seq = ++g_seq;
         ck_assert_int_eq(th_raw_send(flood, &sf), 0);
         /* Round trips of the light client until the flooder's batch is answered. */
@@ -786,8 +783,7 @@ START_TEST(test_batches_yield_the_loop) {
                   answered_during, asked);
     /* Each batch took longer than a slice to check: it gave the loop up at least once. */
     ck_assert_uint_ge(th_counter(&d, "loop_yields"), BATCHES);
-    free(ops);
-    free(ptrs);
+    op_list_free(&batch);
     close(light);
     close(flood);
     CK_DAEMON_STOP(&d);
