@@ -276,6 +276,17 @@ Tenferro__Frame *th_raw_recv_fd(int fd, int timeout_ms, int *received_fd) {
     return f;
 }
 
+void th_raw_build_download(Tenferro__Frame *f, Tenferro__Download *dl, uint64_t id, uint64_t offset,
+                           uint64_t len) {
+    tenferro__frame__init(f);
+    tenferro__download__init(dl);
+    dl->tensor = id;
+    dl->offset = offset;
+    dl->length = len;
+    f->body_case = TENFERRO__FRAME__BODY_DOWNLOAD;
+    f->download = dl;
+}
+
 int th_raw_closed(int fd, int timeout_ms) {
     uint8_t byte;
     for (;;) {

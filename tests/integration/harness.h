@@ -136,6 +136,9 @@ Tenferro__Frame *th_raw_hello(int fd, uint32_t version);
 int th_raw_send(int fd, Tenferro__Frame *frame);
 /* Sends raw bytes. */
 int th_raw_send_bytes(int fd, const void *bytes, size_t len);
+/* Fills f and dl with a Download of `len` bytes at `offset` of tensor id (seq left 0). */
+void th_raw_build_download(Tenferro__Frame *f, Tenferro__Download *dl, uint64_t id, uint64_t offset,
+                           uint64_t len);
 /* Receives one frame, waiting up to timeout_ms; NULL on EOF, timeout or a bad frame. */
 Tenferro__Frame *th_raw_recv(int fd, int timeout_ms);
 /*

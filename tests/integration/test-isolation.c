@@ -64,23 +64,11 @@ static void upload(int fd, uint64_t id, int create, size_t offset, const void *d
     CK_EXPECT_RESULT(call(fd, &f), TF_OK, NULL);
 }
 
-/* Builds a Download of `len` bytes at `offset` of tensor id. */
-static void build_download(Tenferro__Frame *f, Tenferro__Download *dl, uint64_t id, uint64_t offset,
-                           uint64_t len) {
-    tenferro__frame__init(f);
-    tenferro__download__init(dl);
-    dl->tensor = id;
-    dl->offset = offset;
-    dl->length = len;
-    f->body_case = TENFERRO__FRAME__BODY_DOWNLOAD;
-    f->download = dl;
-}
-
 /* Downloads `len` bytes of tensor id into dst; fails the test unless the reply carries them. */
 static void download(int fd, uint64_t id, void *dst, size_t len) {
     Tenferro__Frame f;
     Tenferro__Download dl;
-    build_download(&f, &dl, id, 0, len);
+    th_raw_build_download(&f, &dl, id, 0, len);
     Tenferro__Frame *r = call(fd, &f);
     ck_assert_msg(r && r->body_case == TENFERRO__FRAME__BODY_DOWNLOAD_REPLY, "no DownloadReply");
     CK_RESULT(r->download_reply->result, TF_OK, NULL);
@@ -538,7 +526,7 @@ START_TEST(test_half_close_answered) {
     ck_assert_int_eq(th_raw_send(fd, &f), 0);
     Tenferro__Frame g;
     Tenferro__Download dl;
-    build_download(&g, &dl, 10 + OPS - 1, 0, BYTES);
+    th_raw_build_download(&g, &dl, 10 + OPS - 1, 0, BYTES);
     g.seq = 78;
     ck_assert_int_eq(th_raw_send(fd, &g), 0);
     ck_assert_int_eq(shutdown(fd, SHUT_WR), 0);
@@ -609,12 +597,12 @@ START_TEST(test_replies_within_frame_limit) {
     build_upload(&f, &up, 5, 0, chunk, data + chunk, chunk);
     CK_EXPECT_RESULT(call(fd, &f), TF_OK, NULL);
     Tenferro__Download dl;
-    build_download(&f, &dl, 5, 0, 65536);
+    th_raw_build_download(&f, &dl, 5, 0, 65536);
     Tenferro__Frame *r = call(fd, &f);
     ck_assert_msg(r && r->body_case == TENFERRO__FRAME__BODY_DOWNLOAD_REPLY, "no DownloadReply");
     CK_RESULT(r->download_reply->result, TF_ERR_INVALID_ARGUMENT, "chunks of at most 61440");
     tf__frame_free(r);
-    build_download(&f, &dl, 5, 0, chunk);
+    th_raw_build_download(&f, &dl, 5, 0, chunk);
     f.seq = ++g_seq;
     ck_assert_int_eq(th_raw_send(fd, &f), 0);
     long len = recv_raw_length(fd, RAW_MS);
@@ -677,7 +665,7 @@ START_TEST(test_pipelined_hello) {
     static double back[1 << 14];
     Tenferro__Frame df;
     Tenferro__Download dl;
-    build_download(&df, &dl, 9, 0, sizeof back);
+    th_raw_build_download(&df, &dl, 9, 0, sizeof back);
     Tenferro__Frame *r = call(fd, &df);
     ck_assert_msg(r && r->body_case == TENFERRO__FRAME__BODY_DOWNLOAD_REPLY, "no DownloadReply");
     CK_RESULT(r->download_reply->result, TF_OK, NULL);

@@ -220,21 +220,11 @@ static Tenferro__Frame *tensor_write(int fd, uint64_t id, const void *data, size
     return call(fd, &f);
 }
 
-/* Fills f/dl with a Download of a whole tensor. */
-static void build_download(Tenferro__Frame *f, Tenferro__Download *dl, uint64_t id, uint64_t len) {
-    tenferro__frame__init(f);
-    tenferro__download__init(dl);
-    dl->tensor = id;
-    dl->length = len;
-    f->body_case = TENFERRO__FRAME__BODY_DOWNLOAD;
-    f->download = dl;
-}
-
 /* Downloads a whole tensor of `bytes` bytes with a plain Download frame into dst. */
 static void tensor_read(int fd, uint64_t id, void *dst, size_t bytes) {
     Tenferro__Frame f;
     Tenferro__Download dl;
-    build_download(&f, &dl, id, bytes);
+    th_raw_build_download(&f, &dl, id, 0, bytes);
     Tenferro__Frame *r = call(fd, &f);
     ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_DOWNLOAD_REPLY);
     CK_RESULT(r->download_reply->result, TF_OK, NULL);
@@ -247,7 +237,7 @@ static void tensor_read(int fd, uint64_t id, void *dst, size_t bytes) {
 static void tensor_read_refused(int fd, uint64_t id, tf_status status, const char *needle) {
     Tenferro__Frame f;
     Tenferro__Download dl;
-    build_download(&f, &dl, id, 8);
+    th_raw_build_download(&f, &dl, id, 0, 8);
     Tenferro__Frame *r = call(fd, &f);
     ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_DOWNLOAD_REPLY);
     CK_RESULT(r->download_reply->result, status, needle);
@@ -721,7 +711,7 @@ START_TEST(test_in_flight_is_busy) {
     uint64_t s_op = pipe_add(&p, &f[5]);
     build_scoped_op(&f[6], &ops[1], TF__OP_FREE, 1, 10, 0, 0);
     uint64_t s_opfree = pipe_add(&p, &f[6]);
-    build_download(&f[7], &dl, 10, TENSOR_BYTES);
+    th_raw_build_download(&f[7], &dl, 10, 0, TENSOR_BYTES);
     uint64_t s_dl = pipe_add(&p, &f[7]);
     tenferro__frame__init(&f[8]);
     up.tensor = 10;
@@ -912,7 +902,7 @@ static uint64_t queue_big_reply(const th_daemon *d, const raw_client *c) {
     Tenferro__Download dl;
     static pipeline p;
     p.len = 0;
-    build_download(&f, &dl, 1, BIG_REPLY);
+    th_raw_build_download(&f, &dl, 1, 0, BIG_REPLY);
     uint64_t seq = pipe_add(&p, &f);
     pipe_send(c->fd, &p);
     expect_counter(d, "bytes_downloaded", downloaded + BIG_REPLY);
@@ -987,7 +977,7 @@ START_TEST(test_descriptor_waits_behind_queued_reply) {
     uint64_t s_status = pipe_add(&p, &f[2]);
     build_create(&f[3], &bc[1], 2, 3 * 4096);
     uint64_t s_b2 = pipe_add(&p, &f[3]);
-    build_download(&f[4], &dl[1], 1, 64);
+    th_raw_build_download(&f[4], &dl[1], 1, 0, 64);
     uint64_t s_small = pipe_add(&p, &f[4]);
     pipe_send(c.fd, &p);
     ck_assert_int_eq(th_wait_counter(&d, "pinned_buffers_live", 2, 10000), 1);
