@@ -34,8 +34,45 @@ typedef enum tf__op_kind {
     TF__OP_REDUCE_MIN = 18,
     TF__OP_MATMUL = 19,
     TF__OP_FREE = 20,
-    TF__OP_KIND_COUNT = 21,
+    /* 21: TF__OP_TEST_FAULT */
+    TF__OP_CONTRACT = 22,
+    TF__OP_FFT = 23,
+    TF__OP_KIND_COUNT = 24,
 } tf__op_kind;
+
+/* Labels a contraction may use (proto Contraction: 0..63). */
+#define TF__MAX_LABELS 64
+
+/*
+ * A binary or unary contraction (OP_CONTRACT, proto Contraction): one label
+ * per axis of each input and of the output. n_inputs is 1 or 2.
+ */
+typedef struct tf__contraction {
+    int n_inputs;
+    int rank[2];
+    uint8_t labels[2][TF_MAX_RANK];
+    int out_rank;
+    uint8_t out[TF_MAX_RANK];
+    int conj[2]; /* conjugate that input (complex dtypes only) */
+} tf__contraction;
+
+/* OP_FFT kinds and scalings, numbered as proto FftKind and FftNorm. */
+typedef enum tf__fft_kind { TF__FFT_C2C = 0, TF__FFT_R2C = 1, TF__FFT_C2R = 2 } tf__fft_kind;
+typedef enum tf__fft_norm {
+    TF__FFT_NORM_BACKWARD = 0,
+    TF__FFT_NORM_ORTHO = 1,
+    TF__FFT_NORM_FORWARD = 2,
+} tf__fft_norm;
+
+/* An FFT (OP_FFT, proto Fft): transformed axes in order; R2C/C2R halve the last listed. */
+typedef struct tf__fft {
+    tf__fft_kind kind;
+    int inverse; /* C2C only; R2C is forward, C2R inverse */
+    tf__fft_norm norm;
+    int n_axes;
+    int axes[TF_MAX_RANK];
+    int64_t last_length; /* C2R: the output length of the last transformed axis */
+} tf__fft;
 
 /* Flag bit of a reduction: keep reduced axes as dimensions of size 1. */
 #define TF__REDUCE_KEEPDIMS 1u
@@ -78,5 +115,21 @@ tf_status tf__check_new_meta(tf_dtype dtype, int rank, const int64_t *shape, cha
 tf_status tf__infer_output(tf__op_kind kind, const tf__meta *inputs, int n_inputs,
                            const int64_t *params, int n_params, unsigned flags, tf__meta *out,
                            char *msg, size_t msg_len);
+
+/*
+ * The shape rules of a contraction: label counts match the inputs' ranks,
+ * one label is bound to one size, output labels distinct and present in an
+ * input, dtypes equal (no promotion). Computes the output's metadata.
+ */
+tf_status tf__infer_contract(const tf__contraction *c, const tf__meta *inputs, tf__meta *out,
+                             char *msg, size_t msg_len);
+
+/*
+ * The shape rules of an FFT: axes distinct and in range, the dtype the kind
+ * takes (C2C complex only; R2C real; C2R complex), C2R's last_length fitting
+ * its input (last_length / 2 + 1 == that axis). Computes the output's metadata.
+ */
+tf_status tf__infer_fft(const tf__fft *f, const tf__meta *input, tf__meta *out, char *msg,
+                        size_t msg_len);
 
 #endif

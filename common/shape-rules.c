@@ -19,10 +19,11 @@ static const char *const op_names[TF__OP_KIND_COUNT] = {
     [TF__OP_AXPBY] = "axpby",     [TF__OP_PERMUTE] = "permute", [TF__OP_RESHAPE] = "reshape",
     [TF__OP_COPY] = "copy",       [TF__OP_REDUCE_SUM] = "sum",  [TF__OP_REDUCE_MAX] = "max",
     [TF__OP_REDUCE_MIN] = "min",  [TF__OP_MATMUL] = "matmul",   [TF__OP_FREE] = "free",
+    [TF__OP_CONTRACT] = "contract", [TF__OP_FFT] = "fft",
 };
 
 const char *tf__op_name(tf__op_kind kind) {
-    if ((int)kind < 0 || kind >= TF__OP_KIND_COUNT) return "unknown";
+    if ((int)kind < 0 || kind >= TF__OP_KIND_COUNT || !op_names[kind]) return "unknown";
     return op_names[kind];
 }
 
@@ -51,6 +52,9 @@ int tf__op_arity(tf__op_kind kind) {
         return 1;
     case TF__OP_FREE:
         return -1;
+    /* Not in tf__infer_output: their descriptors have rules of their own (tf__infer_contract, _fft). */
+    case TF__OP_CONTRACT:
+    case TF__OP_FFT:
     case TF__OP_NONE:
     case TF__OP_KIND_COUNT:
         break;
@@ -319,6 +323,8 @@ tf_status tf__infer_output(tf__op_kind kind, const tf__meta *in, int n_inputs,
         return infer_matmul(&in[0], &in[1], out, msg, msg_len);
     case TF__OP_NONE:
     case TF__OP_FREE:
+    case TF__OP_CONTRACT:
+    case TF__OP_FFT:
     case TF__OP_KIND_COUNT:
         break;
     }

@@ -42,6 +42,10 @@ static family_fn family_of(const tfd_backend_vtable *vt, tf__op_kind kind) {
         return vt->reduce;
     case TF__OP_MATMUL:
         return vt->matmul;
+    case TF__OP_CONTRACT:
+        return vt->contract;
+    case TF__OP_FFT:
+        return vt->fft;
     case TF__OP_NONE:
     case TF__OP_FREE:
     case TF__OP_KIND_COUNT:

@@ -39,7 +39,15 @@ typedef struct tfd_op {
     unsigned flags;              /* TF__REDUCE_KEEPDIMS */
     tf_scalar alpha;             /* scale, axpby */
     tf_scalar beta;              /* axpby */
+    tf__contraction contract;    /* TF__OP_CONTRACT, checked by tf__infer_contract */
+    tf__fft fft;                 /* TF__OP_FFT, checked by tf__infer_fft */
 } tfd_op;
+
+/* What one daemon-wide cache holds and how it has been used (status, metrics). */
+typedef struct tfd_cache_stats {
+    const char *name; /* "fft_plans", "contraction_plans", ... */
+    uint64_t entries, capacity, hits, misses, evictions, bytes;
+} tfd_cache_stats;
 
 typedef struct tfd_backend tfd_backend;
 
@@ -90,6 +98,17 @@ typedef struct tfd_backend_vtable {
     tf_status (*permute)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
     tf_status (*reduce)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
     tf_status (*matmul)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
+    /* Optional (NULL: TF_ERR_UNSUPPORTED): OP_CONTRACT and OP_FFT (docs/einsum.md, docs/fft.md). */
+    tf_status (*contract)(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                          size_t msg_len);
+    tf_status (*fft)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
+
+    /*
+     * Optional (NULL: none): the backend's daemon-wide caches (plans shared by
+     * every client), up to max entries written into out; returns how many.
+     * Any thread may ask; the counters are read without stopping the users.
+     */
+    int (*caches)(tfd_backend *be, tfd_cache_stats *out, int max);
 
     /*
      * Completion. event_record marks "everything enqueued on stream so far";
