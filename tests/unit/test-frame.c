@@ -444,7 +444,7 @@ START_TEST(test_op_kinds_match_proto) {
         KIND(NEG),     KIND(CONJ),       KIND(ABS),        KIND(EXP),        KIND(LOG),
         KIND(SQRT),    KIND(SCALE),      KIND(AXPBY),      KIND(PERMUTE),    KIND(RESHAPE),
         KIND(COPY),    KIND(REDUCE_SUM), KIND(REDUCE_MAX), KIND(REDUCE_MIN), KIND(MATMUL),
-        KIND(FREE),
+        KIND(FREE),    KIND(TEST_FAULT),
     };
 #undef KIND
     ck_assert_int_eq(N_OF(kinds), TF__OP_KIND_COUNT);
