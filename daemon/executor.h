@@ -78,7 +78,8 @@ struct tfd_item {
     /*
      * For READ and MARKER, and for a WRITE that sets it (a pending upload):
      * called on the loop thread once complete, also when a cancelled stream
-     * skipped the copy (outcome TF_ERR_DISCONNECTED).
+     * skipped the copy (outcome TF_ERR_DISCONNECTED, or TF_ERR_DEVICE once the
+     * backend reports its device lost).
      */
     tfd_item_done_fn done;
     tfd_item_early_fn early; /* optional; see tfd_item_early_fn */
