@@ -420,8 +420,11 @@ static void never_hello(hostile *h) {
             if (fds[i] < 0 || closed[i]) continue;
             struct pollfd p = {.fd = fds[i], .events = POLLIN};
             if (poll(&p, 1, 0) == 1) {
-                uint8_t byte;
-                ssize_t r = recv(fds[i], &byte, 1, MSG_DONTWAIT);
+                /* A daemon that times the peer out may say why first: read past its last word. */
+                uint8_t drain[4096];
+                ssize_t r;
+                while ((r = recv(fds[i], drain, sizeof drain, MSG_DONTWAIT)) > 0) {
+                }
                 if (r == 0 || (r < 0 && errno == ECONNRESET)) closed[i] = 1;
             }
             open += !closed[i];
