@@ -104,7 +104,9 @@ tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_
 
 /*
  * Registers what to call (on the loop thread, once) when the backend reports
- * that the device can no longer be trusted.
+ * that the device can no longer be trusted. The backend's health is asked
+ * when a failed item reaches the loop, and at once when a worker sees
+ * TF_ERR_DEVICE, even in work nobody waits for.
  */
 void tfd_executor_on_device_lost(tfd_executor *ex, void (*fn)(void *arg, const char *reason),
                                  void *arg);
