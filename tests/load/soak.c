@@ -128,11 +128,20 @@ int soak_quiet_sample(const th_daemon *d, int want_clients, int settle_ms, soak_
         sleep_ms(POLL_MS);
     }
     s->settle_ms = (int)(now_ms() - t0);
-    /* The status requests' own connections are gone by the time the process is read. */
+    /*
+     * The status requests' own connections close a moment after their reply: the
+     * descriptors are counted once two counts POLL_MS apart agree (at most 2 s).
+     */
     sleep_ms(2 * POLL_MS);
-    if (read_status(d->pid, s) != 0) return -1;
     s->fds = count_fds(d->pid);
-    return s->fds < 0 ? -1 : 0;
+    for (int i = 0; i < 20 && s->fds >= 0; i++) {
+        sleep_ms(POLL_MS);
+        int again = count_fds(d->pid);
+        if (again == s->fds) break;
+        s->fds = again;
+    }
+    if (s->fds < 0 || read_status(d->pid, s) != 0) return -1;
+    return 0;
 }
 
 void soak_print_header(FILE *out) {
