@@ -1,7 +1,9 @@
 # tenferrod: one non-recursive Makefile.
 #
 #   make                  daemon, client library (.so/.a), tenferroctl, tests, benchmarks
-#   make check            install missing dependencies, run every suite, then again under ASan/UBSan
+#   make check            install missing dependencies, run every suite and a short soak, then the
+#                         suites again under ASan/UBSan
+#   make soak             the soak: SOAK_SECONDS=N (600) of load with a leak check (docs/soak.md)
 #   make demo             start tenferrod on the best device, run the example client, stop
 #   make bench            benchmarks (CPU backend), BENCH lines on stdout
 #   make install          PREFIX=/usr/local DESTDIR=
@@ -58,7 +60,8 @@ PROTO_H := $(BUILD)/gen/proto/tenferro.pb-c.h
 
 COMMON_SRC := $(wildcard common/*.c)
 CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/view-ops.c \
-                  client/completion.c client/mailbox.c client/pinned.c client/staging.c
+                  client/completion.c client/mailbox.c client/pinned.c client/staging.c \
+                  client/testing.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 BACKEND_SRC := $(wildcard daemon/backend/*.c)
 CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)
@@ -108,7 +111,7 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check test test-unit test-integration test-load load test-install test-hostile demo bench install clean build-commit
+.PHONY: all deps check test test-unit test-integration test-load load soak test-soak test-install test-hostile demo bench install clean build-commit
 all: $(TARGETS) build-commit
 
 # The commit a build folder was made from, for reports made elsewhere (scripts/gpu-check.sh).
@@ -171,8 +174,9 @@ $(BUILD)/tests/test-%: $(BUILD)/obj/tests/integration/test-%.o $(TEST_HARNESS) $
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
 
-# The load test (tests/load/load.c) is a client too: the harness starts its daemon.
-$(BUILD)/tests/load: $(BUILD)/obj/tests/load/load.o $(TEST_HARNESS) $(BUILD)/libtenferro-client.a
+# The load test and soak (tests/load/) is a client too: the harness starts its daemon.
+LOAD_OBJ := $(call obj,$(wildcard tests/load/*.c))
+$(BUILD)/tests/load: $(LOAD_OBJ) $(TEST_HARNESS) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_SYS)
 
@@ -230,6 +234,28 @@ test-load: $(BUILD)/tenferrod $(BUILD)/tests/load
 load: $(BUILD)/tenferrod $(BUILD)/tests/load
 	TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --clients 32 --seconds 30
 
+# The soak (docs/soak.md): the load in rounds with killed and hostile clients, residents, a
+# sample every 10 s at a quiet point, and the leak rule at the end. `make soak SOAK_SECONDS=N`.
+SOAK_SECONDS ?= 600
+SOAK_CLIENTS ?= 8
+soak: $(BUILD)/tenferrod $(BUILD)/tests/load
+	TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --soak --clients $(SOAK_CLIENTS) \
+	  --seconds $(SOAK_SECONDS)
+
+# The short soak of `make check`, then the proof that its rule fails: a resident that keeps
+# 16 MiB more every round (a client-side leak) must make the soak exit 1 with the gauges flagged.
+test-soak: $(BUILD)/tenferrod $(BUILD)/tests/load
+	@echo "== $(BUILD)/tests/load --soak (60 s)"
+	@TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --soak --clients 6 --seconds 60
+	@echo "== $(BUILD)/tests/load --soak --leak-mib 16 (30 s; the rule must fail)"
+	@TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --soak --clients 4 --seconds 30 \
+	  --sample-seconds 5 --leak-mib 16 > $(BUILD)/soak-leak-demo.log 2>&1; rc=$$?; \
+	  grep -E '^(sample|# rule|SOAK)' $(BUILD)/soak-leak-demo.log; \
+	  if [ $$rc -ne 1 ] || ! grep -q 'rule tensors .*FAIL' $(BUILD)/soak-leak-demo.log || \
+	     ! grep -q 'rule device_bytes .*FAIL' $(BUILD)/soak-leak-demo.log; then \
+	    echo "test-soak: the leak demo was not flagged (exit $$rc; log $(BUILD)/soak-leak-demo.log)"; exit 1; \
+	  fi; echo "test-soak: the leak demo was flagged, as it must be"
+
 # Installs into a temporary DESTDIR and checks the unit, pkg-config, the example
 # configuration and sd_notify (tests/install/test-install.sh). It runs `make install`
 # itself, so it waits for `all`; SANFLAGS go to the program it compiles.
@@ -250,6 +276,7 @@ test: test-unit test-integration test-load test-install test-hostile
 check: deps
 	$(MAKE) all
 	$(MAKE) test
+	$(MAKE) test-soak
 	$(MAKE) BUILD=build-san SANITIZE=1 CUDA=0 test
 	@echo "make check: all suites passed (plain and ASan/UBSan)"
 

@@ -194,7 +194,11 @@ int tf__take_fd(tf_client *c) {
 /*
  * Reads the next whole frame. A Result with sequence 0 is the daemon's last
  * word before it closes the connection (a protocol error, a terminate, a lost
- * device): it marks the client broken with that reason.
+ * device): it marks the client broken with that reason. The call that reads
+ * it returns TF_ERR_DISCONNECTED, except for a lost device: that call
+ * returns TF_ERR_DEVICE, so the caller learns its tensors are gone because
+ * the device failed (reconnect and upload again) rather than because the
+ * connection broke; every later call is TF_ERR_DISCONNECTED.
  */
 static tf_status read_frame(tf_client *c, Tenferro__Frame **out) {
     tf_status st = fill(c, TF__FRAME_HEADER_BYTES);
@@ -218,7 +222,7 @@ static tf_status read_frame(tf_client *c, Tenferro__Frame **out) {
         tf__fail(c, why == TF_OK ? TF_ERR_PROTOCOL : why, "tenferrod closed the connection: %s",
                  f->result->message);
         tf__frame_free(f);
-        return TF_ERR_DISCONNECTED;
+        return why == TF_ERR_DEVICE ? TF_ERR_DEVICE : TF_ERR_DISCONNECTED;
     }
     *out = f;
     return TF_OK;
@@ -233,8 +237,9 @@ static tf_status read_frame(tf_client *c, Tenferro__Frame **out) {
 static tf_status send_failed(tf_client *c, int err) {
     if (err != EPIPE && err != ECONNRESET) return broken(c, strerror(err));
     Tenferro__Frame *f = NULL;
-    while (read_frame(c, &f) == TF_OK) tf__frame_free(f);
-    return TF_ERR_DISCONNECTED;
+    tf_status st;
+    while ((st = read_frame(c, &f)) == TF_OK) tf__frame_free(f);
+    return st == TF_ERR_DEVICE ? st : TF_ERR_DISCONNECTED;
 }
 
 tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply) {

@@ -129,7 +129,10 @@ tf_status tf__buffer_free(tf_pinned_buffer *b) {
     tf_status st = c->broken ? TF_ERR_DISCONNECTED : send_buffer_free(c, b->id);
     if (st == TF_ERR_BUSY) return st;
     destroy_buffer(b);
-    /* A lost connection freed the daemon's side already: only the mapping was left. */
+    /*
+     * A lost connection freed the daemon's side already: only the mapping was left. (A lost
+     * device learnt during this call is still reported: TF_ERR_DEVICE.)
+     */
     return st == TF_ERR_DISCONNECTED ? tf__ok(c) : st;
 }
 

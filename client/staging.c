@@ -37,15 +37,16 @@ tf_status tf__staging_for(tf_client *c, size_t bytes, tf_pinned_buffer **stage) 
     if (c->staging_refused && bytes >= c->staging_refused) return TF_OK;
     if (c->staging) {
         tf_status st = tf__buffer_free(c->staging);
-        if (st == TF_ERR_DISCONNECTED) return st;
+        if (st != TF_OK && (st == TF_ERR_DISCONNECTED || c->broken)) return st;
         if (st == TF_ERR_BUSY) return tf__ok(c); /* still the daemon's: go inline this time */
     }
     size_t rounded = bytes <= SIZE_MAX - STAGING_GRAIN ? (bytes + STAGING_GRAIN - 1) / STAGING_GRAIN * STAGING_GRAIN
                                                        : bytes;
     tf_status st = create_staging(c, rounded);
     /* The rounding may be what a pinned quota refuses: try the exact size before giving up. */
-    if (st != TF_OK && st != TF_ERR_DISCONNECTED && rounded > bytes) st = create_staging(c, bytes);
-    if (st == TF_ERR_DISCONNECTED) return st;
+    if (st != TF_OK && st != TF_ERR_DISCONNECTED && !c->broken && rounded > bytes)
+        st = create_staging(c, bytes);
+    if (st != TF_OK && (st == TF_ERR_DISCONNECTED || c->broken)) return st;
     if (st != TF_OK) {
         c->staging_refused = bytes;
         return tf__ok(c);

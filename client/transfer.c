@@ -65,7 +65,9 @@ static tf_status upload_inline(tf_client *c, const tf__handle *h, const void *da
     tf_status first_error = TF_OK;
     char first_message[sizeof c->last_error] = "";
     for (size_t i = 0; i < sent; i++) {
-        if ((st = tf__recv_result(c, first_seq + i, "Upload")) == TF_ERR_DISCONNECTED) return st;
+        /* A lost connection (or device: TF_ERR_DEVICE) answers nothing more. */
+        if ((st = tf__recv_result(c, first_seq + i, "Upload")) == TF_ERR_DISCONNECTED || c->broken)
+            return st;
         if (st != TF_OK && first_error == TF_OK) {
             first_error = st;
             memcpy(first_message, c->last_error, sizeof first_message);

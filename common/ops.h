@@ -34,7 +34,7 @@ typedef enum tf__op_kind {
     TF__OP_REDUCE_MIN = 18,
     TF__OP_MATMUL = 19,
     TF__OP_FREE = 20,
-    /* 21: TF__OP_TEST_FAULT */
+    TF__OP_TEST_FAULT = 21, /* fault injection for tests (proto/tenferro.proto, OP_TEST_FAULT) */
     TF__OP_CONTRACT = 22,
     TF__OP_FFT = 23,
     TF__OP_KIND_COUNT = 24,

@@ -19,7 +19,7 @@ static const char *const op_names[TF__OP_KIND_COUNT] = {
     [TF__OP_AXPBY] = "axpby",     [TF__OP_PERMUTE] = "permute", [TF__OP_RESHAPE] = "reshape",
     [TF__OP_COPY] = "copy",       [TF__OP_REDUCE_SUM] = "sum",  [TF__OP_REDUCE_MAX] = "max",
     [TF__OP_REDUCE_MIN] = "min",  [TF__OP_MATMUL] = "matmul",   [TF__OP_FREE] = "free",
-    [TF__OP_CONTRACT] = "contract", [TF__OP_FFT] = "fft",
+    [TF__OP_TEST_FAULT] = "test_fault", [TF__OP_CONTRACT] = "contract", [TF__OP_FFT] = "fft",
 };
 
 const char *tf__op_name(tf__op_kind kind) {
@@ -49,6 +49,7 @@ int tf__op_arity(tf__op_kind kind) {
     case TF__OP_REDUCE_SUM:
     case TF__OP_REDUCE_MAX:
     case TF__OP_REDUCE_MIN:
+    case TF__OP_TEST_FAULT:
         return 1;
     case TF__OP_FREE:
         return -1;
@@ -291,6 +292,7 @@ tf_status tf__infer_output(tf__op_kind kind, const tf__meta *in, int n_inputs,
     case TF__OP_SQRT:
     case TF__OP_SCALE:
     case TF__OP_COPY:
+    case TF__OP_TEST_FAULT: /* shaped like a copy; whether it may run is the daemon's call */
         *out = in[0];
         return TF_OK;
     case TF__OP_PERMUTE:

@@ -14,6 +14,7 @@
 #include "common/spin.h"
 #include "daemon/batch.h"
 #include "daemon/conn.h"
+#include "daemon/log.h"
 #include "daemon/quota.h"
 #include "daemon/server.h"
 #include "daemon/unwritten.h"
@@ -21,6 +22,7 @@
 _Static_assert((int)TF__OP_ADD == TENFERRO__OP_KIND__OP_ADD, "op kinds match the proto");
 _Static_assert((int)TF__OP_MATMUL == TENFERRO__OP_KIND__OP_MATMUL, "op kinds match the proto");
 _Static_assert((int)TF__OP_FREE == TENFERRO__OP_KIND__OP_FREE, "op kinds match the proto");
+_Static_assert((int)TF__OP_TEST_FAULT == TENFERRO__OP_KIND__OP_TEST_FAULT, "op kinds match the proto");
 
 void tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec) {
     tfd_item *it = tfd_item_new(TFD_ITEM_FREE);
@@ -125,6 +127,12 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
                  TF_MAX_RANK);
         return TF_ERR_AXIS;
     }
+    /* Fault injection exists only for a daemon started for tests (docs/cuda.md). */
+    if (kind == TF__OP_TEST_FAULT && !c->srv->opt.test_fault_injection) {
+        snprintf(msg, len, "test_fault makes the device fault and is served only by a tenferrod "
+                           "started with --test-fault-injection ([testing] fault_injection = true)");
+        return TF_ERR_UNSUPPORTED;
+    }
     tfd_item *it = tfd_item_new(TFD_ITEM_OP);
     if (!it) {
         snprintf(msg, len, "out of host memory");
@@ -189,6 +197,9 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     d->beta.re = op->beta_re;
     d->beta.im = op->beta_im;
     chain_push(ch, it);
+    if (kind == TF__OP_TEST_FAULT)
+        tfd_log(TFD_LOG_WARN, "client %llu (pid %d) queued test_fault: the device will fault",
+                (unsigned long long)c->client_id, (int)c->pid);
     return TF_OK;
 }
 

@@ -85,6 +85,24 @@ static int set_busy_poll(tfd_options *opt, void *field, const char *value, char 
     return set_int(opt, field, value, err, len);
 }
 
+/* A switch: true/yes/on/1 or false/no/off/0 (a bare flag on the command line means true). */
+static int set_bool(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)opt;
+    static const char *const yes[] = {"true", "yes", "on", "1"}, *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+        if (strcasecmp(value, yes[i]) == 0) {
+            *(int *)field = 1;
+            return 0;
+        }
+        if (strcasecmp(value, no[i]) == 0) {
+            *(int *)field = 0;
+            return 0;
+        }
+    }
+    snprintf(err, len, "\"%s\" is not true or false (yes/no, on/off, 1/0)", value);
+    return -1;
+}
+
 static int set_frame(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
     if (set_u64(opt, field, value, err, len) != 0) return -1;
     uint64_t v = *(uint64_t *)field;
@@ -319,6 +337,8 @@ static const setting settings[] = {
     {"access", "admin_users", "admin-users", 0, set_admins, 1, "who may drain/terminate (besides root)"},
     {"priority", "high", "priority-high", 0, set_high, 1, "users/@groups whose streams run first"},
     {"priority", "low", "priority-low", 0, set_low, 1, "users/@groups whose streams run last"},
+    {"testing", "fault_injection", "test-fault-injection", AT(test_fault_injection), set_bool, 0,
+     "serve the fault-injection operation, which makes the device fault (tests only; false)"},
 };
 
 #define N_SETTINGS (sizeof settings / sizeof *settings)
@@ -374,6 +394,11 @@ int tfd_config_flag(const char *flag, const char **section, const char **key) {
         }
     }
     return -1;
+}
+
+int tfd_config_switch(const char *section, const char *key) {
+    const setting *s = find(section, key);
+    return s && s->set == set_bool;
 }
 
 int tfd_config_runtime(const char *section, const char *key) {

@@ -36,6 +36,9 @@ int tfd_config_load(const char *path, tfd_options *opt, char *err, size_t err_le
 /* Writes one line per flag with its meaning, for --help. */
 void tfd_config_usage(FILE *out);
 
+/* 1 when a setting is a switch (true/false): its flag may stand alone, meaning true. */
+int tfd_config_switch(const char *section, const char *key);
+
 /* 1 when a setting can change on SIGHUP; 0 when it needs a restart. */
 int tfd_config_runtime(const char *section, const char *key);
 

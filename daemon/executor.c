@@ -59,6 +59,7 @@ struct tfd_executor {
     void (*device_lost)(void *arg, const char *reason);
     void *device_lost_arg;
     int device_lost_reported;
+    atomic_int health_due; /* a worker saw a device error: the loop asks the backend's health */
 
     pthread_mutex_t done_lock; /* completed items for the loop */
     tfd_item *done_head, *done_tail;
@@ -107,7 +108,7 @@ static void on_done_ready(uv_poll_t *h, int status, int events) {
     tfd_item *it = ex->done_head;
     ex->done_head = ex->done_tail = NULL;
     pthread_mutex_unlock(&ex->done_lock);
-    int failed = 0;
+    int failed = atomic_exchange(&ex->health_due, 0);
     while (it) {
         tfd_item *next = it->next;
         failed |= it->outcome.status != TF_OK;
@@ -183,9 +184,22 @@ static void *event_thread_main(void *arg) {
     }
 }
 
+/*
+ * A device error seen by a worker: wakes the loop to ask the backend's health
+ * now, so a device lost by work nobody waits for (a held session's plain
+ * submit) is still reported at once, not at the next synchronization.
+ */
+static void wake_for_health(tfd_executor *ex) {
+    atomic_store(&ex->health_due, 1);
+    const uint64_t one = 1;
+    while (write(ex->done_fd, &one, sizeof one) < 0 && errno == EINTR) {
+    }
+}
+
 /* Records the stream's first failure since the last marker. */
 static void note_failure(tfd_stream *s, tfd_item *it, tf_status st, const char *msg) {
     atomic_fetch_add(&s->ex->counters.execution_errors, 1);
+    if (st == TF_ERR_DEVICE) wake_for_health(s->ex);
     if (s->failure.status != TF_OK) return;
     s->failure.status = st;
     s->failure.batch = it->batch;
@@ -230,6 +244,18 @@ static void zero_quietly(tfd_backend *be, tfd_stream *s, void *ptr, size_t bytes
     if (ptr && bytes) (void)be->vt->fill_zero(be, s->native, ptr, bytes);
 }
 
+/*
+ * What a copy skipped on a cancelled stream reports to whoever waits for it
+ * (a pending transfer's slot): TF_ERR_DEVICE when the stream was cancelled
+ * because the device is lost, which is why the copy never ran; otherwise
+ * TF_ERR_DISCONNECTED, the owner having gone.
+ */
+static tf_status skipped_status(tfd_backend *be) {
+    char why[8];
+    return be->vt->health && be->vt->health(be, why, sizeof why) != TF_OK ? TF_ERR_DEVICE
+                                                                          : TF_ERR_DISCONNECTED;
+}
+
 /* Runs one item on the worker that serves its stream. */
 static void execute_item(tfd_stream *s, tfd_item *it) {
     tfd_executor *ex = s->ex;
@@ -240,7 +266,7 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
         it->type != TFD_ITEM_MARKER && it->type != TFD_ITEM_ZERO && it->type != TFD_ITEM_CALL) {
         /* Whoever waits for a skipped copy (a pending transfer) still hears about it. */
         if (it->type == TFD_ITEM_READ || (it->type == TFD_ITEM_WRITE && it->done)) {
-            it->outcome.status = TF_ERR_DISCONNECTED;
+            it->outcome.status = skipped_status(be);
             complete_item(s, it);
             return;
         }

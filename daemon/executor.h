@@ -84,7 +84,8 @@ struct tfd_item {
     /*
      * For READ and MARKER, and for a WRITE that sets it (a pending upload):
      * called on the loop thread once complete, also when a cancelled stream
-     * skipped the copy (outcome TF_ERR_DISCONNECTED).
+     * skipped the copy (outcome TF_ERR_DISCONNECTED, or TF_ERR_DEVICE once the
+     * backend reports its device lost).
      */
     tfd_item_done_fn done;
     tfd_item_early_fn early; /* optional; see tfd_item_early_fn */
@@ -109,7 +110,9 @@ tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_
 
 /*
  * Registers what to call (on the loop thread, once) when the backend reports
- * that the device can no longer be trusted.
+ * that the device can no longer be trusted. The backend's health is asked
+ * when a failed item reaches the loop, and at once when a worker sees
+ * TF_ERR_DEVICE, even in work nobody waits for.
  */
 void tfd_executor_on_device_lost(tfd_executor *ex, void (*fn)(void *arg, const char *reason),
                                  void *arg);

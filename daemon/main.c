@@ -53,24 +53,28 @@ int main(int argc, char **argv) {
         if (name_len >= sizeof name) name_len = sizeof name - 1;
         memcpy(name, arg + 2, name_len);
         name[name_len] = '\0';
+        const char *section = NULL, *key = NULL;
+        int is_config = strcmp(name, "config") == 0;
+        if (!is_config && tfd_config_flag(name, &section, &key) != 0) {
+            fprintf(stderr, "tenferrod: unknown flag --%s (see --help)\n", name);
+            return 2;
+        }
+        /* A switch stands alone (--test-fault-injection); --flag=false turns one off. */
         if (value)
             value++;
+        else if (!is_config && tfd_config_switch(section, key))
+            value = "true";
         else if (i + 1 < argc)
             value = argv[++i];
         else {
             fprintf(stderr, "tenferrod: --%s needs a value\n", name);
             return 2;
         }
-        if (strcmp(name, "config") == 0) {
+        if (is_config) {
             config_path = value;
             continue;
         }
-        const char *section, *key;
         char err[512];
-        if (tfd_config_flag(name, &section, &key) != 0) {
-            fprintf(stderr, "tenferrod: unknown flag --%s (see --help)\n", name);
-            return 2;
-        }
         if (tfd_config_set(&scratch, section, key, value, err, sizeof err) != 0) {
             fprintf(stderr, "tenferrod: --%s: %s\n", name, err);
             return 2;

@@ -60,6 +60,7 @@ typedef struct tfd_options {
     int n_admins;
     tfd_priority_rule priorities[TFD_MAX_IDS]; /* first match wins; default priority 0 */
     int n_priorities;
+    int test_fault_injection; /* [testing] fault_injection: serve OP_TEST_FAULT (tests only) */
 } tfd_options;
 
 /* A setting given on the command line, re-applied over the file at every reload. */

@@ -141,9 +141,11 @@ void tfd_server_reload(tfd_server *srv) {
     tfd_options *cur = &srv->opt;
     if (strcmp(next.device, cur->device) != 0 || next.workers != cur->workers ||
         next.max_frame_bytes != cur->max_frame_bytes || next.socket_mode != cur->socket_mode ||
-        strcmp(next.socket_group, cur->socket_group) != 0)
-        tfd_log(TFD_LOG_WARN, "reload: device, workers, max_frame_bytes and socket settings change "
-                              "only at restart; keeping the running ones");
+        strcmp(next.socket_group, cur->socket_group) != 0 ||
+        next.test_fault_injection != cur->test_fault_injection)
+        tfd_log(TFD_LOG_WARN, "reload: device, workers, max_frame_bytes, socket settings and "
+                              "[testing] fault_injection change only at restart; keeping the "
+                              "running ones");
     cur->max_clients = next.max_clients;
     cur->max_pinned_bytes = next.max_pinned_bytes;
     cur->log_level = next.log_level;
@@ -280,6 +282,9 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
     tfd_log(TFD_LOG_INFO, "tenferrod %s serving %s on %s (%d worker%s, policy %s)",
             TFD_VERSION_STRING, srv->backend.description, srv->opt.socket_path, workers,
             workers == 1 ? "" : "s", srv->opt.policy == TFD_POLICY_WAIT ? "wait" : "reject");
+    if (srv->opt.test_fault_injection)
+        tfd_log(TFD_LOG_WARN, "fault injection is on (--test-fault-injection): any client may make "
+                              "the device fault and this daemon exit; for tests only");
     tfd_notify_ready(srv->backend.description, srv->opt.socket_path);
 
     const tfd_loop_poller mailboxes = {poll_mailboxes, mailboxes_polled, srv};

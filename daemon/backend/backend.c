@@ -3,8 +3,10 @@
  *
  * Every backend groups its kernels into six families (binary, unary, axpby,
  * permute, reduce, matmul) so that a vtable stays small and a new operation
- * kind usually only touches one kernel file. This file is the single place
- * that maps an operation kind to its family, shared by every backend.
+ * kind usually only touches one kernel file; fault injection (tests only)
+ * has an entry of its own. This file is the single place that maps an
+ * operation kind to its family, shared by every backend, and the one place
+ * that stops every operation once the device is lost.
  */
 #include <stdio.h>
 
@@ -42,6 +44,8 @@ static family_fn family_of(const tfd_backend_vtable *vt, tf__op_kind kind) {
         return vt->reduce;
     case TF__OP_MATMUL:
         return vt->matmul;
+    case TF__OP_TEST_FAULT:
+        return vt->inject_fault;
     case TF__OP_CONTRACT:
         return vt->contract;
     case TF__OP_FFT:
@@ -60,6 +64,13 @@ tf_status tfd_backend_run_op(tfd_backend *be, void *stream, const tfd_op *op, ch
     if (be == NULL || be->vt == NULL || op == NULL) {
         snprintf(msg, msg_len, "run_op: no backend or no operation given");
         return TF_ERR_INTERNAL;
+    }
+    /* A lost device computes nothing more: no result after the fault could be trusted. */
+    char why[192];
+    if (be->vt->health && be->vt->health(be, why, sizeof why) != TF_OK) {
+        snprintf(msg, msg_len, "%s: the device was lost earlier and runs nothing more: %s",
+                 be->vt->name ? be->vt->name : "?", why);
+        return TF_ERR_DEVICE;
     }
     family_fn fn = family_of(be->vt, op->kind);
     if (fn == NULL) {

@@ -111,6 +111,17 @@ typedef struct tfd_backend_vtable {
     int (*caches)(tfd_backend *be, tfd_cache_stats *out, int max);
 
     /*
+     * Optional (NULL: OP_TEST_FAULT is TF_ERR_UNSUPPORTED): fault injection,
+     * which the daemon runs only when started with --test-fault-injection.
+     * It makes the device fault for real where it can (CUDA: a kernel writes
+     * to an illegal address and poisons the context) or declares the device
+     * lost (CPU), so that health reports TF_ERR_DEVICE from then on; it
+     * returns TF_ERR_DEVICE with the reason itself.
+     */
+    tf_status (*inject_fault)(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                              size_t msg_len);
+
+    /*
      * Completion. event_record marks "everything enqueued on stream so far";
      * it may set *event to NULL when that work is already complete (CPU).
      * event_wait blocks until the event completes and reports a device error
@@ -164,8 +175,9 @@ struct tfd_backend {
 extern const tfd_backend_vtable tfd_cpu_backend;
 
 /*
- * Runs one operation by dispatching on its kind to the vtable family entry.
- * Called by the executor's workers.
+ * Runs one operation by dispatching on its kind to the vtable family entry;
+ * once the backend reports its device lost (health), nothing runs any more
+ * and every operation is TF_ERR_DEVICE. Called by the executor's workers.
  */
 tf_status tfd_backend_run_op(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                              size_t msg_len);

@@ -182,7 +182,9 @@ const tfd_backend_vtable tfd_cpu_backend = {
     .permute = tfd_cpu_permute,
     .reduce = tfd_cpu_reduce,
     .matmul = tfd_cpu_matmul,
+    .inject_fault = tfd_cpu_inject_fault,
     .event_record = cpu_event_record,
     .event_wait = cpu_event_wait,
     .event_destroy = cpu_event_destroy,
+    .health = tfd_cpu_health,
 };

@@ -4,7 +4,8 @@
  * The CPU backend is split by concern: cpu-backend.c owns the device life
  * cycle (open, streams, memory, events) and builds the vtable, while each
  * cpu-*.c kernel file serves one family of operations. This header is the only
- * thing those files share: the family entry points the vtable points to, and a
+ * thing those files share: the family entry points the vtable points to (and
+ * the fault injection and health of cpu-fault.c), and a
  * small helper that words the "dtype not served" failure the same way
  * everywhere. It is private to daemon/backend; nothing else includes it.
  */
@@ -34,6 +35,14 @@ tf_status tfd_cpu_reduce(tfd_backend *be, void *stream, const tfd_op *op, char *
 /* Batched matrix product through OpenBLAS (cpu-matmul.c). */
 tf_status tfd_cpu_matmul(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                          size_t msg_len);
+
+/*
+ * Fault injection: declares the device lost and returns TF_ERR_DEVICE
+ * (cpu-fault.c); health reports the loss from then on.
+ */
+tf_status tfd_cpu_inject_fault(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                               size_t msg_len);
+tf_status tfd_cpu_health(tfd_backend *be, char *msg, size_t msg_len);
 
 /* One wording for "this kernel has no loop for this dtype", so clients see consistent errors. */
 static inline tf_status tfd_cpu_dtype_error(const tfd_op *op, tf_dtype dtype, char *msg,

@@ -1,7 +1,8 @@
 /*
  * The CUDA backend: device life cycle, streams, stream-ordered memory, copies,
  * completion events, and the validation and dispatch of the operation
- * families (kernels in cuda-kernels.cu, matrix products in cuda-matmul.c).
+ * families (kernels in cuda-kernels.cu, matrix products in cuda-matmul.c,
+ * the fault-injection kernel of the tests in cuda-fault.cu).
  *
  * Everything is asynchronous on the logical stream's CUDA stream: operations
  * are launches, copies are cudaMemcpyAsync, and memory comes from each
@@ -837,6 +838,25 @@ static tf_status cuda_matmul(tfd_backend *be, void *stream, const tfd_op *op, ch
     return tfd_cuda_matmul(stream, op, msg, msg_len);
 }
 
+/* ---- fault injection ---- */
+
+/*
+ * OP_TEST_FAULT (the daemon serves it only with --test-fault-injection): a
+ * kernel writes to an illegal address, then the stream is synchronized so
+ * the fault surfaces here, poisons the context (tfd_cuda_fail) and is this
+ * operation's own TF_ERR_DEVICE, with CUDA's words for it.
+ */
+static tf_status cuda_inject_fault(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                                   size_t msg_len) {
+    tf_status st = begin_op(be, stream, op, 1, msg, msg_len);
+    if (st != TF_OK) return st;
+    tfd_cuda_stream *s = stream;
+    TFD_CUDA_CHECK_RET(tfd_cuda_launch_fault(s->stream), msg, msg_len);
+    TFD_CUDA_CHECK_RET(cudaStreamSynchronize(s->stream), msg, msg_len);
+    snprintf(msg, msg_len, "cuda: the fault-injection kernel wrote to address 0 without faulting");
+    return TF_ERR_INTERNAL;
+}
+
 /* ---- completion ---- */
 
 /*
@@ -988,6 +1008,7 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .permute = cuda_permute,
     .reduce = cuda_reduce,
     .matmul = cuda_matmul,
+    .inject_fault = cuda_inject_fault,
     .event_record = cuda_event_record,
     .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,

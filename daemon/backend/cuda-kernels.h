@@ -1,5 +1,6 @@
 /*
- * Launchers of the CUDA backend's own kernels (cuda-kernels.cu).
+ * Launchers of the CUDA backend's own kernels (cuda-kernels.cu; the
+ * fault-injection kernel in cuda-fault.cu).
  *
  * The C side (cuda-backend.c) validates every descriptor, selects the device
  * for the calling thread and maps errors to tf_status; these launchers only
@@ -40,6 +41,13 @@ cudaError_t tfd_cuda_launch_permute(const tfd_op *op, int sm_count, cudaStream_t
  * none is left it falls back to a kernel that needs none.
  */
 cudaError_t tfd_cuda_launch_reduce(const tfd_op *op, int sm_count, cudaStream_t stream);
+
+/*
+ * Fault injection (tests only): one thread writes to an illegal address.
+ * Returns the launch's result; the fault itself surfaces at the next
+ * synchronization and poisons the context.
+ */
+cudaError_t tfd_cuda_launch_fault(cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -33,10 +33,15 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-int th_daemon_start(th_daemon *d, ...) {
+/* Starts tenferrod on socket (a fresh one when NULL) with the extra arguments in ap. */
+static int start_va(th_daemon *d, const char *socket, va_list ap) {
     static int counter;
     memset(d, 0, sizeof *d);
-    snprintf(d->socket, sizeof d->socket, "/tmp/tf-test-%d-%d.sock", (int)getpid(), ++counter);
+    ++counter;
+    if (socket)
+        snprintf(d->socket, sizeof d->socket, "%s", socket);
+    else
+        snprintf(d->socket, sizeof d->socket, "/tmp/tf-test-%d-%d.sock", (int)getpid(), counter);
     snprintf(d->log_path, sizeof d->log_path, "/tmp/tf-test-%d-%d.log", (int)getpid(), counter);
     const char *argv[32];
     int n = 0;
@@ -53,11 +58,8 @@ int th_daemon_start(th_daemon *d, ...) {
         argv[n++] = "--busy-poll-us";
         argv[n++] = busy_poll;
     }
-    va_list ap;
-    va_start(ap, d);
     const char *extra;
     while ((extra = va_arg(ap, const char *)) != NULL && n < 31) argv[n++] = extra;
-    va_end(ap);
     argv[n] = NULL;
 
     pid_t parent = getpid();
@@ -89,6 +91,22 @@ int th_daemon_start(th_daemon *d, ...) {
     }
     fprintf(stderr, "harness: tenferrod did not start listening; log %s\n", d->log_path);
     return -1;
+}
+
+int th_daemon_start(th_daemon *d, ...) {
+    va_list ap;
+    va_start(ap, d);
+    int rc = start_va(d, NULL, ap);
+    va_end(ap);
+    return rc;
+}
+
+int th_daemon_start_on(th_daemon *d, const char *socket, ...) {
+    va_list ap;
+    va_start(ap, socket);
+    int rc = start_va(d, socket, ap);
+    va_end(ap);
+    return rc;
 }
 
 int th_daemon_stop(th_daemon *d) {

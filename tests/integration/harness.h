@@ -31,6 +31,12 @@ typedef struct th_daemon {
  */
 int th_daemon_start(th_daemon *d, ...);
 
+/*
+ * th_daemon_start on a given socket path (a daemon restarted where its
+ * clients expect it), with extra arguments as a NULL-terminated list.
+ */
+int th_daemon_start_on(th_daemon *d, const char *socket, ...);
+
 /* SIGTERM, then waits; returns the daemon's exit status (0 = clean), or -1. */
 int th_daemon_stop(th_daemon *d);
 

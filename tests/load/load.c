@@ -11,10 +11,11 @@
  * error is expected, through the client library and as raw frames the daemon
  * itself must refuse; disconnects and reconnects; and per-connection checks
  * that the daemon holds exactly the tensors the client believes it holds.
- * About one child in ten kills itself with SIGKILL at a random moment, either
- * from a timer (anywhere, even in the middle of a frame) or while holding a
- * session with work queued or in flight; the parent starts a replacement for
- * every child that ends before the time is up.
+ * About one child in ten kills itself with SIGKILL at a random moment: from a
+ * timer (anywhere, even in the middle of a frame), while holding a session
+ * with work queued or in flight, or with a pending transfer submitted and not
+ * waited for; the parent starts a replacement for every child that ends
+ * before the time is up. --hostile N adds N hostile children (hostile.c).
  *
  * Results are verified by value, not by status: every operation is also
  * computed here in double precision together with a bound on the rounding
@@ -33,7 +34,18 @@
  * and exit status 0 only when errors_unexpected, lost and every leak are 0
  * and the daemon exited with status 0.
  *
+ * --soak turns the run into a soak (docs/soak.md): resident clients
+ * (resident.c) stay connected throughout, the load runs in rounds of
+ * --sample-seconds (10), one child in three is a killer and a quarter of the
+ * children are hostile, and at the end of every round the load stops, the
+ * residents go idle and the daemon is sampled at that quiet point (soak.c):
+ * one line per sample, and at the end the leak rule over every sample, then
+ *   SOAK samples=.. interval_s=.. verdict=pass|FAIL failed_rules=..
+ * A failed rule fails the run. --leak-mib M makes resident 0 keep one more
+ * M MiB tensor every round, a client-side leak the rule must flag.
+ *
  * Usage: load [--clients N] [--seconds S] [--seed X] [--daemon PATH] [--device DEV]
+ *             [--hostile N] [--soak] [--sample-seconds S] [--residents N] [--leak-mib M]
  * (the policy, reject or wait with a 200 ms deadline, is picked from the seed).
  */
 #include <errno.h>
@@ -44,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -52,6 +65,7 @@
 
 #include "common/ops.h"
 #include "tests/integration/harness.h"
+#include "tests/load/load.h"
 
 /* Deadline of a queued opener under the wait policy. */
 #define WAIT_DEADLINE_MS "200"
@@ -74,56 +88,11 @@
 /* Timeout of a raw-frame read. */
 #define RAW_TIMEOUT_MS 30000
 
-/* ---- per-child counters, sent to the parent through a pipe ---- */
-
-#define COUNTER_LIST(X)                                                                           \
-    X(scoped_ok) X(scoped_refused) X(held_opened) X(held_refused) X(held_callbacks)               \
-    X(submits) X(synchronizes) X(closes) X(releases) X(abandons) X(ops) X(uploads)                \
-    X(downloads) X(bytes_up) X(bytes_down) X(checked) X(lost) X(expected) X(unexpected)           \
-    X(reconnects) X(checkpoints) X(raw_bad) X(frees) X(pinned)
-
-enum {
-#define ENUM_(n) C_##n,
-    COUNTER_LIST(ENUM_)
-#undef ENUM_
-    N_COUNTERS
-};
-
 static const char *const counter_names[N_COUNTERS] = {
 #define NAME_(n) #n,
     COUNTER_LIST(NAME_)
 #undef NAME_
 };
-
-#define N_STATUS 64
-#define REPORT_MAGIC 0x4c4f4144u
-
-typedef struct report {
-    uint32_t magic;
-    uint64_t c[N_COUNTERS];
-    uint64_t expected_by_status[N_STATUS];
-} report;
-
-/* ---- time and randomness ---- */
-
-static uint64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* splitmix64: seeds children from the run's seed and drives each child's choices. */
-static uint64_t splitmix(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* ---- values: a tensor's handle with its reference ---- */
 
@@ -197,10 +166,19 @@ static void *value_pack(const value *v) {
 
 /* ---- the child ---- */
 
-typedef enum kill_mode { KILL_NONE, KILL_TIMER, KILL_IN_SESSION } kill_mode;
+/*
+ * How a child dies by SIGKILL, if it does: from a timer (anywhere), while
+ * holding a session with work queued or in flight, or with a pending
+ * transfer submitted and not waited for.
+ */
+typedef enum kill_mode { KILL_NONE, KILL_TIMER, KILL_IN_SESSION, KILL_IN_TRANSFER } kill_mode;
+
+/* What a child process is: an ordinary client, a hostile one, or a resident of the soak. */
+typedef enum child_kind { CHILD_LOAD, CHILD_HOSTILE, CHILD_RESIDENT } child_kind;
 
 typedef struct child_args {
     int index;
+    child_kind kind;
     uint64_t seed;
     int report_fd, other_fd;
     uint64_t deadline_ms;
@@ -208,6 +186,8 @@ typedef struct child_args {
     uint64_t kill_at_ms;
     int wait_policy;
     th_daemon daemon;
+    soak_ctl *ctl;   /* residents only */
+    int leak_mib;    /* residents only: the deliberate client-side leak per round */
 } child_args;
 
 typedef struct child {
@@ -289,9 +269,12 @@ static void expect_error(child *ch, tf_status st, tf_status want, const char *wh
 /* The contention outcomes of the run's policy. */
 static tf_status refusal(const child *ch) { return ch->args->wait_policy ? TF_ERR_TIMEOUT : TF_ERR_CONTENDED; }
 
-/* The in-session killer dies here once its time has come (work is queued or in flight). */
-static void maybe_die(child *ch) {
-    if (ch->args->kill == KILL_IN_SESSION && now_ms() >= ch->args->kill_at_ms) kill(getpid(), SIGKILL);
+/*
+ * A killer of kind `where` dies here once its time has come: in a held
+ * session (work queued or in flight), or with a pending transfer in flight.
+ */
+static void maybe_die(child *ch, kill_mode where) {
+    if (ch->args->kill == where && now_ms() >= ch->args->kill_at_ms) kill(getpid(), SIGKILL);
 }
 
 /* SIGALRM of the timer killer: die wherever the child happens to be. */
@@ -1060,12 +1043,12 @@ static void held_session(child *ch) {
                 check_status(ch, download_check(ch, s.vals[rnd_below(ch, s.nv)], "download inside a held session"),
                              TF_OK, TF_OK, "tf_download(held)");
         }
-        maybe_die(ch);
+        maybe_die(ch, KILL_IN_SESSION);
         if (chance(ch, 30)) sleep_ms(rnd_below(ch, 4));
     }
     /* Now and then hold the domain past the wait deadline, so queued openers time out. */
     if (chance(ch, 1)) sleep_ms(100 + rnd_below(ch, 200));
-    maybe_die(ch);
+    maybe_die(ch, KILL_IN_SESSION);
     int end = rnd_below(ch, 100);
     if (ch->resync) end = 70; /* after an unexpected failure: just let go */
     if (end < 60) {
@@ -1108,6 +1091,7 @@ static void held_session(child *ch) {
 static int pending_round(child *ch, int upload, tf_pinned_buffer *b, tf_tensor t) {
     tf_pending *p = NULL;
     tf_status st = upload ? tf_upload_pending(ch->c, b, t, &p) : tf_download_pending(ch->c, t, b, &p);
+    if (st == TF_OK) maybe_die(ch, KILL_IN_TRANSFER);
     if (st == TF_OK) st = tf_pending_wait(p, &t, &b);
     return check_status(ch, st, TF_OK, TF_OK, upload ? "pending upload" : "pending download");
 }
@@ -1402,11 +1386,29 @@ static void raw_bad(child *ch) {
 
 /* ---- the child's loop ---- */
 
+/* A hostile or resident child: its own loop (hostile.c, resident.c), then its report. */
+static int special_child_main(const child_args *a) {
+    report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.magic = REPORT_MAGIC;
+    char name[64];
+    snprintf(name, sizeof name, "%s-%d", a->kind == CHILD_HOSTILE ? "hostile" : "resident", a->index);
+    setenv("TENFERRO_CLIENT_NAME", name, 1);
+    if (a->kind == CHILD_HOSTILE)
+        hostile_main(&a->daemon, a->seed, a->deadline_ms, &rep);
+    else
+        resident_main(&a->daemon, a->seed, a->index, a->ctl, a->leak_mib, &rep);
+    ssize_t w = write(a->report_fd, &rep, sizeof rep);
+    close(a->report_fd);
+    return w == (ssize_t)sizeof rep ? 0 : 3;
+}
+
 /* A client process: random actions until the deadline, then a last checkpoint and its report. */
 static int child_main(void *arg) {
     const child_args *a = arg;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     close(a->other_fd);
+    if (a->kind != CHILD_LOAD) return special_child_main(a);
     child ch;
     memset(&ch, 0, sizeof ch);
     ch.args = a;
@@ -1436,7 +1438,10 @@ static int child_main(void *arg) {
         } else if (r < 94) checkpoint(&ch);
         else if (ch.npool > 0) pool_drop(&ch, rnd_below(&ch, ch.npool));
         if (ch.c == NULL && connect_child(&ch) != 0) goto out;
-        if (a->kill == KILL_IN_SESSION && now_ms() >= a->kill_at_ms + 2000) kill(getpid(), SIGKILL);
+        /* A killer that found no session or transfer to die in dies anyway, tensors held. */
+        if ((a->kill == KILL_IN_SESSION || a->kill == KILL_IN_TRANSFER) &&
+            now_ms() >= a->kill_at_ms + 2000)
+            kill(getpid(), SIGKILL);
     }
     if (!ch.resync) checkpoint(&ch);
     while (!ch.resync && ch.npool > 0) pool_drop(&ch, ch.npool - 1);
@@ -1460,12 +1465,24 @@ typedef struct slot {
     pid_t pid;
     int fd;
     kill_mode kill;
+    child_kind kind;
 } slot;
 
 typedef struct totals {
     report rep;
-    uint64_t run, killed, killed_timer, killed_in_session, hung, crashed;
+    uint64_t run, killed, killed_timer, killed_in_session, killed_in_transfer, hung, crashed;
+    uint64_t hostile_run;
 } totals;
+
+/* The parent's state: the daemon, the arguments children are started with, the totals. */
+typedef struct driver {
+    th_daemon d;
+    int daemon_ok;
+    child_args args;  /* the template every child is started from */
+    totals t;
+    uint64_t rng;
+    int kill_one_in;  /* one ordinary child in this many kills itself */
+} driver;
 
 /* Collects an ended child: its report, or the reason it sent none. */
 static void collect(totals *t, slot *s, int status) {
@@ -1476,7 +1493,8 @@ static void collect(totals *t, slot *s, int status) {
     if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL && s->kill != KILL_NONE && !got) {
         t->killed++;
         if (s->kill == KILL_TIMER) t->killed_timer++;
-        else t->killed_in_session++;
+        else if (s->kill == KILL_IN_SESSION) t->killed_in_session++;
+        else t->killed_in_transfer++;
     } else if (!got || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         t->crashed++;
         t->rep.c[C_unexpected]++;
@@ -1491,20 +1509,27 @@ static void collect(totals *t, slot *s, int status) {
     s->pid = 0;
 }
 
-/* Starts a child in slot s. */
-static int spawn(slot *s, child_args *a, totals *t, uint64_t *rng) {
+/* Starts a child of `kind` in slot s that runs until `deadline`; ordinary ones may be killers. */
+static int spawn(driver *dr, slot *s, child_kind kind, uint64_t deadline) {
     int p[2];
     if (pipe(p) != 0) return -1;
+    child_args *a = &dr->args;
+    totals *t = &dr->t;
     a->index = (int)t->run;
-    a->seed = splitmix(rng);
+    a->kind = kind;
+    a->seed = splitmix(&dr->rng);
     a->report_fd = p[1];
     a->other_fd = p[0];
+    a->deadline_ms = deadline;
     a->kill = KILL_NONE;
     uint64_t now = now_ms();
-    if (splitmix(rng) % KILL_ONE_IN == 0 && a->deadline_ms > now + 100) {
-        a->kill = splitmix(rng) % 2 ? KILL_TIMER : KILL_IN_SESSION;
-        a->kill_at_ms = now + splitmix(rng) % (a->deadline_ms - now);
+    if (kind == CHILD_LOAD && splitmix(&dr->rng) % (uint64_t)dr->kill_one_in == 0 &&
+        deadline > now + 100) {
+        static const kill_mode modes[3] = {KILL_TIMER, KILL_IN_SESSION, KILL_IN_TRANSFER};
+        a->kill = modes[splitmix(&dr->rng) % 3];
+        a->kill_at_ms = now + splitmix(&dr->rng) % (deadline - now);
     }
+    /* The child works on its copy of *a, taken at the fork. */
     pid_t pid = th_spawn(child_main, a);
     close(p[1]);
     if (pid < 0) {
@@ -1514,13 +1539,10 @@ static int spawn(slot *s, child_args *a, totals *t, uint64_t *rng) {
     s->pid = pid;
     s->fd = p[0];
     s->kill = a->kill;
+    s->kind = kind;
     t->run++;
+    if (kind == CHILD_HOSTILE) t->hostile_run++;
     return 0;
-}
-
-static void usage(void) {
-    fprintf(stderr, "usage: load [--clients N] [--seconds S] [--seed X] [--daemon PATH] [--device DEV]\n");
-    exit(2);
 }
 
 /* Is the daemon still running (reaping it when it is not)? */
@@ -1536,97 +1558,277 @@ static int daemon_alive(th_daemon *d) {
     return 1;
 }
 
+/*
+ * Reaps the children of `slots` that ended, starting a replacement of the
+ * same kind while `respawn_until` is ahead, and kills those still running
+ * HANG_GRACE_MS past `deadline`. Returns how many still run.
+ */
+static int reap(driver *dr, slot *slots, int n, uint64_t deadline, uint64_t respawn_until) {
+    int running = 0;
+    uint64_t now = now_ms();
+    for (int i = 0; i < n; i++) {
+        slot *s = &slots[i];
+        if (s->pid <= 0) continue;
+        int status;
+        pid_t r = waitpid(s->pid, &status, WNOHANG);
+        if (r == s->pid) {
+            child_kind kind = s->kind;
+            collect(&dr->t, s, status);
+            /* A hostile child stops 1.5 s before its deadline: none is started in that time. */
+            uint64_t lead = kind == CHILD_HOSTILE ? 2000 : 0;
+            if (now + lead < respawn_until && dr->daemon_ok && spawn(dr, s, kind, deadline) != 0)
+                dr->t.rep.c[C_unexpected]++;
+        } else if (now > deadline + HANG_GRACE_MS) {
+            fprintf(stderr, "load: child pid %d still runs %d ms after the end: killing it\n",
+                    (int)s->pid, HANG_GRACE_MS);
+            kill(s->pid, SIGKILL);
+            th_wait(s->pid);
+            close(s->fd);
+            s->pid = 0;
+            dr->t.hung++;
+            dr->t.rep.c[C_unexpected]++;
+        }
+        if (s->pid > 0) running++;
+    }
+    if (dr->daemon_ok && !daemon_alive(&dr->d)) {
+        dr->daemon_ok = 0;
+        dr->t.rep.c[C_unexpected]++;
+    }
+    return running;
+}
+
+/* How many of the residents still run. */
+static int residents_alive(const slot *residents, int n) {
+    int alive = 0;
+    for (int i = 0; i < n; i++) alive += residents[i].pid > 0;
+    return alive;
+}
+
+/*
+ * One phase of load: n slots (the first n_hostile hostile, the others
+ * ordinary) kept busy until `deadline`, then waited for. Residents, which
+ * live through every phase, are watched too: one that ends early is a failure.
+ */
+static void run_phase(driver *dr, slot *slots, int n, int n_hostile, uint64_t deadline,
+                      slot *residents, int n_residents) {
+    for (int i = 0; i < n; i++)
+        if (spawn(dr, &slots[i], i < n_hostile ? CHILD_HOSTILE : CHILD_LOAD, deadline) != 0) {
+            fprintf(stderr, "load: cannot start a child: %s\n", strerror(errno));
+            dr->t.rep.c[C_unexpected]++;
+        }
+    int alive = residents_alive(residents, n_residents);
+    for (;;) {
+        int running = reap(dr, slots, n, deadline, deadline);
+        int residents_left = reap(dr, residents, n_residents, UINT64_MAX - HANG_GRACE_MS, 0);
+        if (residents_left < alive) {
+            fprintf(stderr, "load: a resident client ended before the soak did\n");
+            dr->t.rep.c[C_unexpected]++;
+            alive = residents_left;
+        }
+        if (running == 0) return;
+        sleep_ms(5);
+    }
+}
+
+/* ---- the soak ---- */
+
+/* Soak parameters. */
+typedef struct soak_opts {
+    int enabled;
+    int interval_s;  /* seconds between samples */
+    int residents;
+    int leak_mib;    /* the deliberate client-side leak of resident 0, per round */
+} soak_opts;
+
+/* How long the residents may take to go idle, and the gauges to stand still, at a quiet point. */
+#define QUIET_ACK_MS 30000
+#define QUIET_SETTLE_MS 15000
+/* Time kept for the quiet point at the end of each interval. */
+#define QUIET_BUDGET_MS 1000
+/* Most samples a soak keeps (a day at 10 s). */
+#define SOAK_MAX_SAMPLES 8640
+
+/*
+ * Asks the residents to go idle and waits until they have; returns 0, or
+ * -1 when one did not within QUIET_ACK_MS.
+ */
+static int quiet_begin(soak_ctl *ctl, int n_residents) {
+    atomic_store(&ctl->acks, 0);
+    atomic_fetch_add(&ctl->epoch, 1);
+    atomic_store(&ctl->quiet, 1);
+    uint64_t t0 = now_ms();
+    while ((int)atomic_load(&ctl->acks) < n_residents) {
+        if (now_ms() - t0 > QUIET_ACK_MS) return -1;
+        sleep_ms(5);
+    }
+    return 0;
+}
+
+/*
+ * The soak: residents for the whole run, and rounds of load (ordinary,
+ * killed and hostile children) of interval_s each, with a quiet point at
+ * the end of every round where the load has stopped, the residents are idle
+ * and the daemon is sampled. Returns the number of failed rules (0: no leak
+ * seen), or -1 when the soak could not run.
+ */
+static int run_soak(driver *dr, const soak_opts *so, int clients, int n_hostile, int seconds) {
+    soak_ctl *ctl = mmap(NULL, sizeof *ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    soak_sample *samples = calloc(SOAK_MAX_SAMPLES, sizeof *samples);
+    slot *slots = calloc((size_t)clients + (size_t)n_hostile, sizeof *slots);
+    slot *residents = calloc((size_t)so->residents + 1, sizeof *residents);
+    if (ctl == MAP_FAILED || !samples || !slots || !residents) return -1;
+    memset(ctl, 0, sizeof *ctl);
+    dr->args.ctl = ctl;
+    for (int i = 0; i < so->residents; i++) {
+        dr->args.leak_mib = i == 0 ? so->leak_mib : 0;
+        if (spawn(dr, &residents[i], CHILD_RESIDENT, UINT64_MAX - HANG_GRACE_MS) != 0) return -1;
+    }
+    printf("# soak: %d s, a sample every %d s at a quiet point; %d ordinary clients (one in %d "
+           "SIGKILLed), %d hostile, %d resident%s%s\n",
+           seconds, so->interval_s, clients, dr->kill_one_in, n_hostile, so->residents,
+           so->residents == 1 ? "" : "s",
+           so->leak_mib ? " (resident 0 leaks on purpose: the rule must fail)" : "");
+    if (so->leak_mib)
+        printf("# leak demo: resident 0 uploads a %d MiB tensor every round and never frees it\n",
+               so->leak_mib);
+    soak_print_header(stdout);
+    fflush(stdout);
+    uint64_t t0 = now_ms(), end = t0 + (uint64_t)seconds * 1000u;
+    int n = 0;
+    for (int round = 1; dr->daemon_ok && n < SOAK_MAX_SAMPLES; round++) {
+        uint64_t due = t0 + (uint64_t)round * (uint64_t)so->interval_s * 1000u;
+        if (due > end + (uint64_t)so->interval_s * 500u) break;
+        atomic_store(&ctl->round, (unsigned)round);
+        uint64_t load_until = due > QUIET_BUDGET_MS ? due - QUIET_BUDGET_MS : due;
+        if (load_until < now_ms() + 500) load_until = now_ms() + 500;
+        run_phase(dr, slots, clients + n_hostile, n_hostile, load_until, residents, so->residents);
+        if (!dr->daemon_ok) break;
+        int alive = residents_alive(residents, so->residents);
+        if (quiet_begin(ctl, alive) != 0) {
+            fprintf(stderr, "load: the residents did not go idle within %d ms\n", QUIET_ACK_MS);
+            dr->t.rep.c[C_unexpected]++;
+        }
+        soak_sample *s = &samples[n];
+        if (soak_quiet_sample(&dr->d, alive, QUIET_SETTLE_MS, s) != 0) {
+            fprintf(stderr, "load: cannot sample the daemon\n");
+            dr->t.rep.c[C_unexpected]++;
+            break;
+        }
+        s->index = ++n;
+        s->t_s = (double)(now_ms() - t0) / 1000.0;
+        s->children = dr->t.run - dr->t.hostile_run - (uint64_t)so->residents;
+        s->killed = dr->t.killed;
+        soak_print_sample(stdout, s);
+        fflush(stdout);
+        atomic_store(&ctl->quiet, 0);
+    }
+    /* The residents let go of everything and report. */
+    atomic_store(&ctl->stop, 1);
+    atomic_store(&ctl->quiet, 0);
+    uint64_t stop_at = now_ms();
+    while (reap(dr, residents, so->residents, stop_at, 0) > 0) sleep_ms(5);
+    int failed = soak_judge(stdout, samples, n);
+    int peak_i = 0;
+    for (int i = 1; i < n; i++)
+        if (samples[i].hwm_kb > samples[peak_i].hwm_kb) peak_i = i;
+    if (n > 0)
+        printf("# soak: first sample rss_kb=%ld fds=%d threads=%d; last rss_kb=%ld fds=%d threads=%d; "
+               "peak (VmHWM) %ld kB\n",
+               samples[0].rss_kb, samples[0].fds, samples[0].threads, samples[n - 1].rss_kb,
+               samples[n - 1].fds, samples[n - 1].threads, samples[n - 1].hwm_kb);
+    printf("SOAK samples=%d interval_s=%d verdict=%s failed_rules=%d\n", n, so->interval_s,
+           failed == 0 ? "pass" : "FAIL", failed < 0 ? 0 : failed);
+    fflush(stdout);
+    free(samples);
+    free(slots);
+    free(residents);
+    munmap(ctl, sizeof *ctl);
+    return failed == 0 ? 0 : failed < 0 ? -1 : failed;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: load [--clients N] [--seconds S] [--seed X] [--daemon PATH] [--device DEV]\n"
+            "            [--hostile N] [--soak] [--sample-seconds S] [--residents N] [--leak-mib M]\n");
+    exit(2);
+}
+
 int main(int argc, char **argv) {
-    int clients = 32, seconds = 20;
+    int clients = 32, seconds = 20, n_hostile = -1;
+    soak_opts so = {0, 10, 2, 0};
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--soak") == 0) {
+            so.enabled = 1;
+            continue;
+        }
         if (i + 1 >= argc) usage();
         if (strcmp(argv[i], "--clients") == 0) clients = atoi(argv[++i]);
         else if (strcmp(argv[i], "--seconds") == 0) seconds = atoi(argv[++i]);
         else if (strcmp(argv[i], "--seed") == 0) seed = strtoull(argv[++i], NULL, 0);
         else if (strcmp(argv[i], "--daemon") == 0) setenv("TENFERRO_DAEMON", argv[++i], 1);
         else if (strcmp(argv[i], "--device") == 0) setenv("TENFERRO_TEST_DEVICE", argv[++i], 1);
+        else if (strcmp(argv[i], "--hostile") == 0) n_hostile = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--sample-seconds") == 0) so.interval_s = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--residents") == 0) so.residents = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--leak-mib") == 0) so.leak_mib = atoi(argv[++i]);
         else usage();
     }
-    if (clients < 1 || seconds < 1) usage();
+    if (n_hostile < 0) n_hostile = so.enabled ? (clients / 4 > 2 ? clients / 4 : 2) : 0;
+    if (clients < 1 || seconds < 1 || so.interval_s < 2 || so.residents < 1 || so.leak_mib < 0)
+        usage();
     signal(SIGPIPE, SIG_IGN);
-    uint64_t rng = seed;
-    int wait_policy = (int)(splitmix(&rng) & 1);
+    driver dr;
+    memset(&dr, 0, sizeof dr);
+    dr.rng = seed;
+    dr.kill_one_in = so.enabled ? 3 : KILL_ONE_IN;
+    int wait_policy = (int)(splitmix(&dr.rng) & 1);
     const char *policy = wait_policy ? "wait" : "reject";
     const char *daemon_bin = getenv("TENFERRO_DAEMON") ? getenv("TENFERRO_DAEMON") : "build/tenferrod";
-    printf("# load: seed=%" PRIu64 " policy=%s wait_deadline_ms=%s clients=%d seconds=%d device=%s daemon=%s\n",
-           seed, policy, WAIT_DEADLINE_MS, clients, seconds, th_device(), daemon_bin);
+    printf("# load: seed=%" PRIu64 " policy=%s wait_deadline_ms=%s clients=%d hostile=%d seconds=%d device=%s daemon=%s\n",
+           seed, policy, WAIT_DEADLINE_MS, clients, n_hostile, seconds, th_device(), daemon_bin);
     fflush(stdout);
 
-    th_daemon d;
-    if (th_daemon_start(&d, "--reservation-policy", policy, "--wait-deadline-ms", WAIT_DEADLINE_MS,
+    th_daemon *d = &dr.d;
+    if (th_daemon_start(d, "--reservation-policy", policy, "--wait-deadline-ms", WAIT_DEADLINE_MS,
                         "--log-level", "info", (char *)NULL) != 0) {
-        fprintf(stderr, "load: tenferrod did not start (log %s)\n", d.log_path);
+        fprintf(stderr, "load: tenferrod did not start (log %s)\n", d->log_path);
         return 1;
     }
-    uint64_t base_bytes = th_counter(&d, "device_bytes_live");
-    uint64_t base_allocs = th_counter(&d, "device_allocations_live");
-    uint64_t base_pinned = th_counter(&d, "pinned_bytes_live");
-    int base_clients = th_client_count(&d);
+    dr.daemon_ok = 1;
+    uint64_t base_bytes = th_counter(d, "device_bytes_live");
+    uint64_t base_allocs = th_counter(d, "device_allocations_live");
+    uint64_t base_pinned = th_counter(d, "pinned_bytes_live");
+    int base_clients = th_client_count(d);
     printf("# baseline: device_bytes_live=%" PRIu64 " device_allocations_live=%" PRIu64 " clients=%d\n",
            base_bytes, base_allocs, base_clients);
 
-    totals t;
-    memset(&t, 0, sizeof t);
-    slot *slots = calloc((size_t)clients, sizeof *slots);
-    if (!slots) return 1;
-    child_args args;
-    memset(&args, 0, sizeof args);
-    args.deadline_ms = now_ms() + (uint64_t)seconds * 1000u;
-    args.wait_policy = wait_policy;
-    args.daemon = d;
-    for (int i = 0; i < clients; i++)
-        if (spawn(&slots[i], &args, &t, &rng) != 0) {
-            fprintf(stderr, "load: cannot start a child: %s\n", strerror(errno));
-            t.rep.c[C_unexpected]++;
+    dr.args.wait_policy = wait_policy;
+    dr.args.daemon = *d;
+    int soak_failed = 0;
+    if (so.enabled) {
+        soak_failed = run_soak(&dr, &so, clients, n_hostile, seconds);
+        if (soak_failed < 0) {
+            fprintf(stderr, "load: the soak could not run\n");
+            dr.t.rep.c[C_unexpected]++;
         }
-    int running = 1, daemon_ok = 1;
-    while (running) {
-        running = 0;
-        uint64_t now = now_ms();
-        for (int i = 0; i < clients; i++) {
-            slot *s = &slots[i];
-            if (s->pid <= 0) continue;
-            int status;
-            pid_t r = waitpid(s->pid, &status, WNOHANG);
-            if (r == s->pid) {
-                collect(&t, s, status);
-                if (now < args.deadline_ms && daemon_ok && spawn(s, &args, &t, &rng) != 0)
-                    t.rep.c[C_unexpected]++;
-            } else if (now > args.deadline_ms + HANG_GRACE_MS) {
-                fprintf(stderr, "load: child pid %d still runs %d ms after the end: killing it\n",
-                        (int)s->pid, HANG_GRACE_MS);
-                kill(s->pid, SIGKILL);
-                th_wait(s->pid);
-                close(s->fd);
-                s->pid = 0;
-                t.hung++;
-                t.rep.c[C_unexpected]++;
-            }
-            if (s->pid > 0) running = 1;
-        }
-        if (daemon_ok && !daemon_alive(&d)) {
-            daemon_ok = 0;
-            t.rep.c[C_unexpected]++;
-        }
-        if (running) sleep_ms(5);
+    } else {
+        slot *slots = calloc((size_t)clients + (size_t)n_hostile, sizeof *slots);
+        if (!slots) return 1;
+        run_phase(&dr, slots, clients + n_hostile, n_hostile, now_ms() + (uint64_t)seconds * 1000u,
+                  NULL, 0);
+        free(slots);
     }
-    free(slots);
 
     /* Back to the baseline? */
     uint64_t bytes = base_bytes, allocs = base_allocs, pinned = base_pinned;
     int nclients = base_clients, settled = 0;
     uint64_t t0 = now_ms();
-    while (daemon_ok && daemon_alive(&d)) {
-        bytes = th_counter(&d, "device_bytes_live");
-        allocs = th_counter(&d, "device_allocations_live");
-        pinned = th_counter(&d, "pinned_bytes_live");
-        nclients = th_client_count(&d);
+    while (dr.daemon_ok && daemon_alive(d)) {
+        bytes = th_counter(d, "device_bytes_live");
+        allocs = th_counter(d, "device_allocations_live");
+        pinned = th_counter(d, "pinned_bytes_live");
+        nclients = th_client_count(d);
         if (bytes == base_bytes && allocs == base_allocs && pinned == base_pinned &&
             nclients == base_clients) {
             settled = 1;
@@ -1635,11 +1837,22 @@ int main(int argc, char **argv) {
         if (now_ms() - t0 > SETTLE_MS) break;
         sleep_ms(50);
     }
-    daemon_ok = daemon_ok && d.pid > 0;
-    const report *r = &t.rep;
+    int daemon_ok = dr.daemon_ok && d->pid > 0;
+    const totals *t = &dr.t;
+    const report *r = &t->rep;
     printf("# children: run=%" PRIu64 " killed=%" PRIu64 " (timer %" PRIu64 ", in a held session %" PRIu64
-           ") crashed=%" PRIu64 " hung=%" PRIu64 "\n",
-           t.run, t.killed, t.killed_timer, t.killed_in_session, t.crashed, t.hung);
+           ", with a pending transfer %" PRIu64 ") crashed=%" PRIu64 " hung=%" PRIu64 "\n",
+           t->run, t->killed, t->killed_timer, t->killed_in_session, t->killed_in_transfer, t->crashed,
+           t->hung);
+    if (t->hostile_run)
+        printf("# hostile: children=%" PRIu64 " garbage=%" PRIu64 " before_hello=%" PRIu64
+               " truncated=%" PRIu64 " huge_length=%" PRIu64 " big_partial=%" PRIu64
+               " wrong_handles=%" PRIu64 " bad_version=%" PRIu64 " vanished=%" PRIu64
+               " never_hello=%" PRIu64 " (closed by the daemon: %" PRIu64 ")\n",
+               t->hostile_run, r->c[C_hostile_garbage], r->c[C_hostile_before_hello],
+               r->c[C_hostile_truncated], r->c[C_hostile_huge], r->c[C_hostile_partial],
+               r->c[C_hostile_wrong_handles], r->c[C_hostile_bad_version], r->c[C_hostile_vanish],
+               r->c[C_hostile_no_hello], r->c[C_hostile_no_hello_closed]);
     printf("# totals:");
     for (int i = 0; i < N_COUNTERS; i++) printf(" %s=%" PRIu64, counter_names[i], r->c[i]);
     printf("\n# expected errors:");
@@ -1651,10 +1864,11 @@ int main(int argc, char **argv) {
                                             "sessions_reclaimed", "scoped_roots", "admissions_contended",
                                             "admissions_queued", "admissions_timed_out", "ops_accepted",
                                             "ops_rejected", "tensors_created", "tensors_freed",
-                                            "protocol_errors", "execution_errors"};
+                                            "protocol_errors", "execution_errors",
+                                            "connections_accepted", "connections_closed"};
         printf("# daemon:");
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-            printf(" %s=%" PRIu64, names[i], th_counter(&d, names[i]));
+            printf(" %s=%" PRIu64, names[i], th_counter(d, names[i]));
         printf("\n# settled=%s after %" PRIu64 " ms: device_bytes_live=%" PRIu64
                " device_allocations_live=%" PRIu64 " pinned_bytes_live=%" PRIu64
                " clients=%d (baseline %d)\n",
@@ -1666,17 +1880,17 @@ int main(int argc, char **argv) {
     printf("LOAD clients=%" PRIu64 " sessions=%" PRIu64 " ops=%" PRIu64 " errors_unexpected=%" PRIu64
            " lost=%" PRIu64 " leaked_bytes=%" PRId64 " leaked_tensors=%" PRId64
            " leaked_pinned=%" PRId64 "\n",
-           t.run, r->c[C_scoped_ok] + r->c[C_held_opened], r->c[C_ops], unexpected_n, r->c[C_lost],
+           t->run, r->c[C_scoped_ok] + r->c[C_held_opened], r->c[C_ops], unexpected_n, r->c[C_lost],
            leaked_bytes, leaked_tensors, leaked_pinned);
     fflush(stdout);
 
     int stop_rc = -1;
-    char log[sizeof d.log_path];
-    memcpy(log, d.log_path, sizeof log);
-    if (daemon_ok) stop_rc = th_daemon_stop(&d);
+    char log[sizeof d->log_path];
+    memcpy(log, d->log_path, sizeof log);
+    if (daemon_ok) stop_rc = th_daemon_stop(d);
     printf("# tenferrod stopped on SIGTERM with status %d%s%s\n", stop_rc, stop_rc ? "; log " : "",
            stop_rc ? log : "");
     int ok = unexpected_n == 0 && r->c[C_lost] == 0 && leaked_bytes == 0 && leaked_tensors == 0 &&
-             leaked_pinned == 0 && stop_rc == 0;
+             leaked_pinned == 0 && stop_rc == 0 && soak_failed == 0;
     return ok ? 0 : 1;
 }

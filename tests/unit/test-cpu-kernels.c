@@ -17,6 +17,10 @@
  * and matrix products the error is measured against the sum of the absolute
  * values of the terms (which grows with the number of terms k), so
  * cancellation in a random-sign sum cannot make a correct kernel fail.
+ *
+ * Fault injection (cpu-fault.c) declares the device lost: that test runs in
+ * a process of its own (left out under CK_FORK=no), since the loss is the
+ * process's for good.
  */
 #include <check.h>
 #include <complex.h>
@@ -713,7 +717,36 @@ START_TEST(test_run_op_unsupported) {
 }
 END_TEST
 
-static Suite *cpu_kernels_suite(void) {
+/*
+ * Fault injection declares the device lost: the operation is TF_ERR_DEVICE
+ * with the reason, health reports it from then on, and no later operation
+ * runs (its output keeps the poison bytes). Alone in its process: the loss
+ * is the process's, as a poisoned CUDA context is.
+ */
+START_TEST(test_injected_fault_loses_device) {
+    char why[512] = "";
+    ck_assert_int_eq(be.vt->health(&be, why, sizeof why), TF_OK);
+    const int64_t shape[1] = {16};
+    void *host;
+    tfd_tensor_view x = random_tensor(TF_F64, 1, shape, 0, &host);
+    tfd_op fault = make_op(TF__OP_TEST_FAULT, &x, NULL, NULL, 0, 0);
+    msg[0] = '\0';
+    ck_assert_int_eq(tfd_backend_run_op(&be, stream, &fault, msg, sizeof msg), TF_ERR_DEVICE);
+    ck_assert_msg(strstr(msg, "injected device fault") != NULL, "the fault's reason: %s", msg);
+    ck_assert_int_eq(be.vt->health(&be, why, sizeof why), TF_ERR_DEVICE);
+    ck_assert_str_eq(why, msg);
+    tfd_op neg = make_op(TF__OP_NEG, &x, NULL, NULL, 0, 0);
+    msg[0] = '\0';
+    ck_assert_int_eq(tfd_backend_run_op(&be, stream, &neg, msg, sizeof msg), TF_ERR_DEVICE);
+    ck_assert_msg(strstr(msg, "lost") != NULL, "an operation after the loss: %s", msg);
+    double out[16];
+    ck_assert_int_eq(be.vt->copy_to_host(&be, stream, out, neg.out.data, sizeof out), TF_OK);
+    const uint64_t ones = ~(uint64_t)0;
+    for (int i = 0; i < 16; i++) ck_assert_msg(memcmp(&out[i], &ones, 8) == 0, "element %d was written", i);
+}
+END_TEST
+
+static Suite *cpu_kernels_suite(int forking) {
     Suite *s = suite_create("cpu-kernels");
     TCase *tc = tcase_create("kernels");
     tcase_add_checked_fixture(tc, setup, teardown);
@@ -733,6 +766,12 @@ static Suite *cpu_kernels_suite(void) {
     tcase_add_test(tc, test_reduce_max_complex_refused);
     tcase_add_loop_test(tc, test_matmul, 0, 4);
     suite_add_tcase(s, tc);
+    if (forking) { /* the loss outlives the test: it needs a process of its own */
+        TCase *fault = tcase_create("fault injection");
+        tcase_add_checked_fixture(fault, setup, teardown);
+        tcase_add_test(fault, test_injected_fault_loses_device);
+        suite_add_tcase(s, fault);
+    }
     return s;
 }
 
@@ -743,7 +782,8 @@ int main(void) {
     printf("test-cpu-kernels: seed %llu (replay with TFCK_SEED=%llu)\n",
            (unsigned long long)g_seed, (unsigned long long)g_seed);
     fflush(stdout);
-    SRunner *sr = srunner_create(cpu_kernels_suite());
+    const char *fork_mode = getenv("CK_FORK");
+    SRunner *sr = srunner_create(cpu_kernels_suite(fork_mode == NULL || strcmp(fork_mode, "no") != 0));
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

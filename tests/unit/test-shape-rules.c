@@ -62,6 +62,8 @@ static const infer_case valid_cases[] = {
     {"scale", TF__OP_SCALE, 1, {M(TF_C64, 1, 4)}, NO_PARAMS, 0, TF_OK, M(TF_C64, 1, 4)},
     {"copy", TF__OP_COPY, 1, {M(TF_F64, 4, 1, 2, 3, 4)}, NO_PARAMS, 0, TF_OK,
      M(TF_F64, 4, 1, 2, 3, 4)},
+    {"test_fault", TF__OP_TEST_FAULT, 1, {M(TF_C64, 2, 3, 5)}, NO_PARAMS, 0, TF_OK,
+     M(TF_C64, 2, 3, 5)},
     {"abs f32", TF__OP_ABS, 1, {M(TF_F32, 1, 3)}, NO_PARAMS, 0, TF_OK, M(TF_F32, 1, 3)},
     {"abs f64", TF__OP_ABS, 1, {M(TF_F64, 1, 3)}, NO_PARAMS, 0, TF_OK, M(TF_F64, 1, 3)},
     {"abs c64 is f32", TF__OP_ABS, 1, {M(TF_C64, 2, 2, 3)}, NO_PARAMS, 0, TF_OK,
@@ -191,6 +193,8 @@ static const infer_case invalid_cases[] = {
      NO_META},
     {"kind none", TF__OP_NONE, 1, {M(TF_F32, 1, 3)}, NO_PARAMS, 0, TF_ERR_UNSUPPORTED, NO_META},
     {"kind free", TF__OP_FREE, 1, {M(TF_F32, 1, 3)}, NO_PARAMS, 0, TF_ERR_UNSUPPORTED, NO_META},
+    {"test_fault with two inputs", TF__OP_TEST_FAULT, 2, {M(TF_F32, 1, 3), M(TF_F32, 1, 3)},
+     NO_PARAMS, 0, TF_ERR_INVALID_ARGUMENT, NO_META},
     {"kind count", TF__OP_KIND_COUNT, 1, {M(TF_F32, 1, 3)}, NO_PARAMS, 0, TF_ERR_UNSUPPORTED,
      NO_META},
     {"kind 999", (tf__op_kind)999, 1, {M(TF_F32, 1, 3)}, NO_PARAMS, 0, TF_ERR_UNSUPPORTED, NO_META},
@@ -281,11 +285,9 @@ END_TEST
 /* Every operation kind has a distinct name and the arity the wire format assumes. */
 START_TEST(test_names_and_arity) {
     for (int k = 0; k < TF__OP_KIND_COUNT; k++) {
-        if (k == 21) continue; /* OP_TEST_FAULT, named where fault injection is built */
         const char *name = tf__op_name((tf__op_kind)k);
         ck_assert_msg(name && name[0] && strcmp(name, "unknown") != 0, "kind %d has no name", k);
-        for (int j = 0; j < k; j++)
-            if (j != 21) ck_assert_str_ne(name, tf__op_name((tf__op_kind)j));
+        for (int j = 0; j < k; j++) ck_assert_str_ne(name, tf__op_name((tf__op_kind)j));
         int arity = tf__op_arity((tf__op_kind)k);
         int want = 1;
         if (k == TF__OP_NONE || k == TF__OP_CONTRACT || k == TF__OP_FFT)
