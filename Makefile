@@ -182,7 +182,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(call obj,bench/bench-common.c) $(BUIL
 
 # bench-held-chain also runs the daemon's CPU kernels in-process as its baseline,
 # so it links the CPU backend's objects (the common objects come with the library).
-CPU_BACKEND_OBJ := $(call obj,$(filter daemon/backend/backend.c daemon/backend/cpu-%,$(BACKEND_SRC)))
+CPU_BACKEND_OBJ := $(call obj,$(filter daemon/backend/backend.c daemon/backend/cpu-% daemon/backend/contract-%,$(BACKEND_SRC)))
 $(BUILD)/bench/bench-held-chain: $(BUILD)/obj/bench/bench-held-chain.o $(call obj,bench/bench-common.c) \
                                  $(CPU_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
@@ -201,7 +201,7 @@ $(BUILD)/bench/gpu/%: $(BUILD)/obj/bench/gpu/%.o $(GPU_BENCH_OBJ) $(BUILD)/libte
 
 # bench-gpu-chain runs the daemon's CUDA kernels in-process (tfd_cuda_backend) as its baseline.
 CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c \
-                      $(filter daemon/backend/cuda-%,$(BACKEND_SRC))) $(CUDA_OBJ)
+                      $(filter daemon/backend/cuda-% daemon/backend/contract-%,$(BACKEND_SRC))) $(CUDA_OBJ)
 $(BUILD)/bench/gpu/bench-gpu-chain: $(BUILD)/obj/bench/gpu/bench-gpu-chain.o $(GPU_BENCH_OBJ) \
                                     $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
