@@ -30,7 +30,7 @@
 
 #include "daemon/backend/contract-cache.h"
 #include "daemon/backend/contract-plan.h"
-#include "tests/unit/contract-cases.h"
+#include "tests/contract-cases.h"
 
 /* Builds a case from a spec with every letter of size n (and `big` for the letters in bigs). */
 static cc_case make_case(const char *spec, int64_t n, const char *bigs, int64_t big, tf_dtype dt,

@@ -33,7 +33,7 @@
 #include "common/ops.h"
 #include "daemon/backend/backend.h"
 #include "daemon/backend/contract-cache.h"
-#include "tests/unit/contract-cases.h"
+#include "tests/contract-cases.h"
 
 static const tf_dtype all_dtypes[4] = {TF_F32, TF_F64, TF_C64, TF_C128};
 

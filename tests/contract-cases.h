@@ -1,6 +1,7 @@
 /*
- * Contraction cases for the unit tests of OP_CONTRACT (test-cpu-contract.c,
- * test-cuda-contract.c): descriptors written as "ij,jk->ik" (letters only,
+ * Contraction cases for the tests of OP_CONTRACT (unit: test-cpu-contract.c,
+ * test-cuda-contract.c, test-contract-plan.c; integration:
+ * test-contract-raw.c): descriptors written as "ij,jk->ik" (letters only,
  * one letter per axis, a letter repeated in one input for a diagonal),
  * random contractions within a bounded amount of reference work, and an
  * independent reference that walks every assignment of every label in long
