@@ -90,7 +90,7 @@ DAEMON_LIBS := $(LIB_UV) $(LIB_INIH) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_CUDA) $(L
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test-*.c))
 INTEGRATION_TESTS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/test-*.c))
 TEST_HARNESS := $(call obj,tests/integration/harness.c)
-BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c,$(wildcard bench/*.c)))
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c bench/bench-raw.c,$(wildcard bench/*.c)))
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 # GPU benchmarks (bench/gpu/, CUDA builds only); gpu-common.c is their shared helper, not a bench.
 # They live in $(BUILD)/bench/gpu/, which scripts/bench.sh (CPU) does not run.
@@ -188,6 +188,12 @@ $(BUILD)/bench/bench-held-chain: $(BUILD)/obj/bench/bench-held-chain.o $(call ob
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
 
+# bench-einsum speaks raw frames (bench-raw.c) until the client library queues contractions.
+$(BUILD)/bench/bench-einsum: $(BUILD)/obj/bench/bench-einsum.o $(call obj,bench/bench-common.c bench/bench-raw.c) \
+                             $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
+
 # GPU benchmarks: the client library plus CUDA and cuBLAS in-process as their baselines.
 # --as-needed keeps unused libraries (cuBLAS in bench-first-result, which dlopens it in its
 # CUDA child only, and OpenBLAS) out of a benchmark's start-up.
@@ -196,6 +202,12 @@ $(BUILD)/obj/bench/gpu/%.o: CFLAGS_DAEMON_DEFS += -isystem $(CUDA_HOME)/include
 GPU_BENCH_LIBS := -Wl,--as-needed $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_CUDA) -ldl $(LIB_SYS)
 GPU_BENCH_OBJ := $(call obj,bench/gpu/gpu-common.c bench/bench-common.c)
 $(BUILD)/bench/gpu/%: $(BUILD)/obj/bench/gpu/%.o $(GPU_BENCH_OBJ) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
+
+# The GPU bench-einsum speaks raw frames too (bench-raw.c).
+$(BUILD)/bench/gpu/bench-einsum: $(BUILD)/obj/bench/gpu/bench-einsum.o $(GPU_BENCH_OBJ) \
+                                 $(call obj,bench/bench-raw.c) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 
