@@ -250,7 +250,7 @@ void bench_raw_free(bench_raw *r, uint64_t id) {
     (void)send_frame(r, &f);
 }
 
-void bench_raw_close(bench_raw *r) {
+void bench_raw_session_close(bench_raw *r) {
     if (r->session) {
         Tenferro__Frame f = TENFERRO__FRAME__INIT;
         Tenferro__Submit sub = TENFERRO__SUBMIT__INIT;
@@ -261,6 +261,10 @@ void bench_raw_close(bench_raw *r) {
         tf__frame_free(call_ok(r, &f, "session close"));
         r->session = 0;
     }
+}
+
+void bench_raw_close(bench_raw *r) {
+    bench_raw_session_close(r);
     close(r->fd);
     r->fd = -1;
 }

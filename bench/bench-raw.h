@@ -56,6 +56,9 @@ uint64_t bench_raw_contract_sync(bench_raw *r, const tf__contraction *c, uint64_
 /* Frees tensors outside any batch (a Free frame; no reply). */
 void bench_raw_free(bench_raw *r, uint64_t id);
 
+/* Closes the held session (SUBMIT_CLOSE); nothing happens without one. */
+void bench_raw_session_close(bench_raw *r);
+
 /* Closes the held session (if any) and the connection. */
 void bench_raw_close(bench_raw *r);
 

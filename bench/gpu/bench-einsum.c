@@ -11,8 +11,8 @@
  *   einsum_batched_f64  bij,bjk->bik, b = 256, 128 x 128: one strided-batched
  *                       GEMM read in place; baseline cublasDgemmStridedBatched.
  *
- * The daemon side is the loop a user writes: inputs uploaded once, one held
- * session, each sample REPS contractions queued in it (every result but the
+ * The daemon side is the loop a user writes: inputs uploaded once, then a
+ * held session per line, each sample REPS contractions queued in it (every result but the
  * last dropped, as a loop overwriting its result does) and one synchronize.
  * It goes out as the frames the client library sends (bench-raw.c; this
  * tree's library has no einsum call yet). The baseline is REPS cuBLAS calls
@@ -245,6 +245,7 @@ static void run_line(line *l, bench_raw *r, blas_side *bs) {
     GPU_CUDA(NAME, cudaMalloc(&bs->c, no * esize));
     GPU_CUDA(NAME, cudaMemcpy(bs->a, a, na * esize, cudaMemcpyHostToDevice));
     GPU_CUDA(NAME, cudaMemcpy(bs->b, b, nb * esize, cudaMemcpyHostToDevice));
+    bench_raw_session_open(r);
 
     /* Correctness, once on each side. */
     const uint64_t out = bench_raw_contract_sync(r, &l->c, ta, tb, 1, 1);
@@ -267,6 +268,7 @@ static void run_line(line *l, bench_raw *r, blas_side *bs) {
         td[i] = daemon_sample(l, r, ta, tb);
         tbl[i] = blas_sample(l, bs);
     }
+    bench_raw_session_close(r);
     bench_raw_free(r, ta);
     bench_raw_free(r, tb);
     GPU_CUDA(NAME, cudaFree(bs->a));
@@ -291,7 +293,6 @@ int main(int argc, char **argv) {
     bench_raw r;
     bench_raw_connect(NAME, bench_socket_path(argc, argv), &r);
     printf("# daemon device: %s\n", r.device);
-    bench_raw_session_open(&r);
 
     struct cudaDeviceProp prop;
     GPU_CUDA(NAME, cudaSetDevice(0));
