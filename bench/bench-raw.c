@@ -29,6 +29,7 @@ static void send_all(bench_raw *r, const void *buf, size_t n) {
     }
 }
 
+/* Reads exactly n bytes, or ends the benchmark. */
 static void recv_all(bench_raw *r, void *buf, size_t n) {
     char *p = buf;
     while (n > 0) {

@@ -36,6 +36,7 @@ struct tfd_plan_entry {
     tfd_plan_entry *newer, *older; /* the LRU list */
 };
 
+/* Counters are written under the lock but read without it, so every access is atomic. */
 static void count(uint64_t *counter, int64_t delta) {
     __atomic_fetch_add(counter, (uint64_t)delta, __ATOMIC_RELAXED);
 }
@@ -136,6 +137,7 @@ static void grow(tfd_plan_cache *pc) {
     pc->n_buckets = n;
 }
 
+/* The entry of key k (hash h), or NULL; the caller holds the lock. */
 static tfd_plan_entry *find(tfd_plan_cache *pc, const plan_key *k, uint64_t h) {
     if (!pc->n_buckets) return NULL;
     for (tfd_plan_entry *e = pc->buckets[h & (pc->n_buckets - 1)]; e; e = e->chain)

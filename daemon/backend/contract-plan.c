@@ -199,6 +199,7 @@ static void keep_axis(tfd_contract_pass *ps, int64_t dim, int64_t stride) {
     ps->n_keep++;
 }
 
+/* Appends one label as a reduced axis of a pass. */
 static void red_axis(tfd_contract_pass *ps, int64_t dim, int64_t stride) {
     ps->red_dim[ps->n_red] = dim;
     ps->red_stride[ps->n_red] = stride;
@@ -272,7 +273,7 @@ static void finish_pass(tfd_contract_pass *ps) {
         ps->perm_shape[j] = ps->keep_dim[order[j]];
         if (order[j] != j) ps->is_identity = 0;
     }
-    /* Output axis j is kept axis j, which sits at position rank_of[j] of the source. */
+    /* Output axis j is kept axis j; order[pos] is the kept axis at source position pos. */
     for (int pos = 0; pos < ps->n_keep; pos++) ps->perm[order[pos]] = pos;
 }
 
