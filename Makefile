@@ -93,7 +93,7 @@ DAEMON_LIBS := $(LIB_UV) $(LIB_INIH) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_CUDA) $(L
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test-*.c))
 INTEGRATION_TESTS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/test-*.c))
 TEST_HARNESS := $(call obj,tests/integration/harness.c)
-BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c,$(wildcard bench/*.c)))
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c bench/bench-raw.c,$(wildcard bench/*.c)))
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 # GPU benchmarks (bench/gpu/, CUDA builds only); gpu-common.c is their shared helper, not a bench.
 # They live in $(BUILD)/bench/gpu/, which scripts/bench.sh (CPU) does not run.
@@ -186,9 +186,15 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(call obj,bench/bench-common.c) $(BUIL
 
 # bench-held-chain also runs the daemon's CPU kernels in-process as its baseline,
 # so it links the CPU backend's objects (the common objects come with the library).
-CPU_BACKEND_OBJ := $(call obj,$(filter daemon/backend/backend.c daemon/backend/cpu-%,$(BACKEND_SRC)))
+CPU_BACKEND_OBJ := $(call obj,$(filter daemon/backend/backend.c daemon/backend/cpu-% daemon/backend/contract-%,$(BACKEND_SRC)))
 $(BUILD)/bench/bench-held-chain: $(BUILD)/obj/bench/bench-held-chain.o $(call obj,bench/bench-common.c) \
                                  $(CPU_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
+
+# bench-einsum speaks raw frames (bench-raw.c) until the client library queues contractions.
+$(BUILD)/bench/bench-einsum: $(BUILD)/obj/bench/bench-einsum.o $(call obj,bench/bench-common.c bench/bench-raw.c) \
+                             $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
 
@@ -203,9 +209,15 @@ $(BUILD)/bench/gpu/%: $(BUILD)/obj/bench/gpu/%.o $(GPU_BENCH_OBJ) $(BUILD)/libte
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 
+# The GPU bench-einsum speaks raw frames too (bench-raw.c).
+$(BUILD)/bench/gpu/bench-einsum: $(BUILD)/obj/bench/gpu/bench-einsum.o $(GPU_BENCH_OBJ) \
+                                 $(call obj,bench/bench-raw.c) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
+
 # bench-gpu-chain runs the daemon's CUDA kernels in-process (tfd_cuda_backend) as its baseline.
 CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c \
-                      $(filter daemon/backend/cuda-%,$(BACKEND_SRC))) $(CUDA_OBJ)
+                      $(filter daemon/backend/cuda-% daemon/backend/contract-%,$(BACKEND_SRC))) $(CUDA_OBJ)
 $(BUILD)/bench/gpu/bench-gpu-chain: $(BUILD)/obj/bench/gpu/bench-gpu-chain.o $(GPU_BENCH_OBJ) \
                                     $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)

@@ -23,6 +23,7 @@ _Static_assert((int)TF__OP_ADD == TENFERRO__OP_KIND__OP_ADD, "op kinds match the
 _Static_assert((int)TF__OP_MATMUL == TENFERRO__OP_KIND__OP_MATMUL, "op kinds match the proto");
 _Static_assert((int)TF__OP_FREE == TENFERRO__OP_KIND__OP_FREE, "op kinds match the proto");
 _Static_assert((int)TF__OP_TEST_FAULT == TENFERRO__OP_KIND__OP_TEST_FAULT, "op kinds match the proto");
+_Static_assert((int)TF__OP_CONTRACT == TENFERRO__OP_KIND__OP_CONTRACT, "op kinds match the proto");
 
 void tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec) {
     tfd_item *it = tfd_item_new(TFD_ITEM_FREE);
@@ -106,6 +107,53 @@ static tf_status prepare_free(tfd_conn *c, const Tenferro__Op *op, chain *ch, ch
 }
 
 /*
+ * OP_CONTRACT's descriptor (Op.contraction) taken into *c, with what
+ * tf__contraction cannot hold refused first (a label that does not fit its
+ * byte, more labels than axes a tensor can have); the rules proper run
+ * against the tensors later (tf__infer_contract).
+ */
+static tf_status take_contraction(const Tenferro__Op *op, tf__contraction *c, char *msg,
+                                  size_t len) {
+    const Tenferro__Contraction *d = op->contraction;
+    if (!d) {
+        snprintf(msg, len, "contract: the operation carries no descriptor (Op.contraction)");
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if ((op->n_inputs != 1 && op->n_inputs != 2) || (op->n_inputs == 1 && d->n_labels_b)) {
+        snprintf(msg, len, "contract takes 1 or 2 inputs (labels_b empty with one), got %zu inputs",
+                 op->n_inputs);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    static const char *const names[3] = {"labels_a", "labels_b", "labels_out"};
+    const size_t count[3] = {d->n_labels_a, d->n_labels_b, d->n_labels_out};
+    const uint32_t *labels[3] = {d->labels_a, d->labels_b, d->labels_out};
+    uint8_t *dst[3] = {c->labels[0], c->labels[1], c->out};
+    memset(c, 0, sizeof *c);
+    for (int k = 0; k < 3; k++) {
+        if (count[k] > TF_MAX_RANK) {
+            snprintf(msg, len, "contract: %s has %zu labels, more than a tensor's %d axes",
+                     names[k], count[k], TF_MAX_RANK);
+            return k < 2 ? TF_ERR_SHAPE : TF_ERR_INVALID_ARGUMENT;
+        }
+        for (size_t j = 0; j < count[k]; j++) {
+            if (labels[k][j] >= TF__MAX_LABELS) {
+                snprintf(msg, len, "contract: %s[%zu] is %u: labels are 0..%d", names[k], j,
+                         labels[k][j], TF__MAX_LABELS - 1);
+                return TF_ERR_INVALID_ARGUMENT;
+            }
+            dst[k][j] = (uint8_t)labels[k][j];
+        }
+    }
+    c->n_inputs = (int)op->n_inputs;
+    c->rank[0] = (int)count[0];
+    c->rank[1] = (int)count[1];
+    c->out_rank = (int)count[2];
+    c->conj[0] = d->conj_a;
+    c->conj[1] = d->conj_b;
+    return TF_OK;
+}
+
+/*
  * Validates one compute operation, checks its output against the quotas
  * (`accepted` operations of this batch are ahead of it, not yet on the
  * stream), allocates the output and appends its item.
@@ -114,6 +162,12 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
                             char *msg, size_t len) {
     tf__op_kind kind = (tf__op_kind)op->kind;
     int arity = tf__op_arity(kind);
+    tf__contraction contraction;
+    if (kind == TF__OP_CONTRACT) {
+        tf_status st = take_contraction(op, &contraction, msg, len);
+        if (st != TF_OK) return st;
+        arity = (int)op->n_inputs;
+    }
     if (op->kind >= TF__OP_KIND_COUNT || arity <= 0) {
         snprintf(msg, len, "unknown operation kind %u", op->kind);
         return TF_ERR_UNSUPPORTED;
@@ -156,8 +210,10 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
         view_of(t, &d->in[i]);
     }
     tf__meta out_meta;
-    tf_status st = tf__infer_output(kind, in_meta, arity, op->params, (int)op->n_params, op->flags,
-                                    &out_meta, msg, len);
+    tf_status st = kind == TF__OP_CONTRACT
+                       ? tf__infer_contract(&contraction, in_meta, &out_meta, msg, len)
+                       : tf__infer_output(kind, in_meta, arity, op->params, (int)op->n_params,
+                                          op->flags, &out_meta, msg, len);
     if (st != TF_OK) {
         tfd_item_free(it);
         return st;
@@ -196,6 +252,7 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     d->alpha.im = op->alpha_im;
     d->beta.re = op->beta_re;
     d->beta.im = op->beta_im;
+    if (kind == TF__OP_CONTRACT) d->contract = contraction;
     chain_push(ch, it);
     if (kind == TF__OP_TEST_FAULT)
         tfd_log(TFD_LOG_WARN, "client %llu (pid %d) queued test_fault: the device will fault",

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/frame.h"
+#include "daemon/backend/contract-cache.h"
 #include "daemon/config.h"
 #include "daemon/log.h"
 
@@ -339,6 +340,7 @@ static const setting settings[] = {
     {"priority", "low", "priority-low", 0, set_low, 1, "users/@groups whose streams run last"},
     {"testing", "fault_injection", "test-fault-injection", AT(test_fault_injection), set_bool, 0,
      "serve the fault-injection operation, which makes the device fault (tests only; false)"},
+    {"caches", "contraction_plans", "contraction-plans", AT(contraction_plans), set_u64, 1, "contraction plans kept, least recently used dropped (256; 0 = unbounded)"},
 };
 
 #define N_SETTINGS (sizeof settings / sizeof *settings)
@@ -368,6 +370,7 @@ void tfd_options_defaults(tfd_options *opt) {
     opt->loop_slice_us = 2000;
     opt->log_level = TFD_LOG_INFO;
     opt->busy_poll_us = -1;
+    opt->contraction_plans = TFD_CONTRACT_PLANS_DEFAULT;
 }
 
 int tfd_config_set(tfd_options *opt, const char *section, const char *key, const char *value,

@@ -52,6 +52,7 @@ typedef struct tfd_options {
     uint64_t loop_slice_us;     /* how long one connection's input may hold the loop at a time */
     int log_level;
     int busy_poll_us;         /* polling after activity before sleeping; -1 = by backend */
+    uint64_t contraction_plans; /* [caches]: contraction plans kept (LRU); 0 = unbounded */
     tfd_quota client_quota;   /* per connection */
     tfd_quota uid_quota;      /* summed over the connections of one uid */
     tfd_principal allowed[TFD_MAX_IDS]; /* who may connect; none listed = everyone */

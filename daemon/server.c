@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/spin.h"
+#include "daemon/backend/contract-cache.h"
 #include "daemon/backend/registry.h"
 #include "daemon/config.h"
 #include "daemon/conn.h"
@@ -162,6 +163,8 @@ void tfd_server_reload(tfd_server *srv) {
     tfd_log_set_level((tfd_log_level)cur->log_level);
     cur->busy_poll_us = next.busy_poll_us;
     apply_busy_poll(srv);
+    cur->contraction_plans = next.contraction_plans;
+    tfd_plan_cache_set_capacity(tfd_contract_plans(), cur->contraction_plans);
     tfd_log(TFD_LOG_INFO, "configuration reloaded from %s",
             srv->startup.config_path[0] ? srv->startup.config_path : "the command line");
     tfd_notify_reloaded();
@@ -250,6 +253,7 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
     }
     tfd_executor_on_device_lost(srv->ex, on_device_lost, srv);
     apply_busy_poll(srv);
+    tfd_plan_cache_set_capacity(tfd_contract_plans(), srv->opt.contraction_plans);
     tfd_executor_set_busy_poll(srv->ex, &srv->busy_poll);
 
     ensure_parent_dir(srv->opt.socket_path);

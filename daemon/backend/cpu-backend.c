@@ -16,6 +16,7 @@
 
 #include <cblas.h>
 
+#include "daemon/backend/contract-cache.h"
 #include "daemon/backend/cpu-kernels.h"
 
 /* Alignment and granularity of allocations: one cache line, enough for any SIMD load. */
@@ -165,6 +166,16 @@ static void cpu_event_destroy(tfd_backend *be, void *event) {
     (void)event;
 }
 
+/* Host memory is never cached; what trim can give back is the daemon's contraction plans. */
+static tf_status cpu_trim(tfd_backend *be, char *msg, size_t msg_len) {
+    (void)be;
+    const uint64_t plans = tfd_plan_cache_clear(tfd_contract_plans());
+    snprintf(msg, msg_len,
+             "the cpu backend keeps no memory to trim; %llu contraction plan%s dropped",
+             (unsigned long long)plans, plans == 1 ? "" : "s");
+    return TF_OK;
+}
+
 const tfd_backend_vtable tfd_cpu_backend = {
     .name = "cpu",
     .open = cpu_open,
@@ -187,4 +198,7 @@ const tfd_backend_vtable tfd_cpu_backend = {
     .event_wait = cpu_event_wait,
     .event_destroy = cpu_event_destroy,
     .health = tfd_cpu_health,
+    .contract = tfd_cpu_contract,
+    .caches = tfd_contract_plans_caches,
+    .trim = cpu_trim,
 };

@@ -43,6 +43,9 @@ tf_status tfd_cpu_matmul(tfd_backend *be, void *stream, const tfd_op *op, char *
 tf_status tfd_cpu_inject_fault(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                                size_t msg_len);
 tf_status tfd_cpu_health(tfd_backend *be, char *msg, size_t msg_len);
+/* Binary and unary contractions (OP_CONTRACT) through a cached plan and OpenBLAS (cpu-contract.c). */
+tf_status tfd_cpu_contract(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                           size_t msg_len);
 
 /* One wording for "this kernel has no loop for this dtype", so clients see consistent errors. */
 static inline tf_status tfd_cpu_dtype_error(const tfd_op *op, tf_dtype dtype, char *msg,

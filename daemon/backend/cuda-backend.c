@@ -37,6 +37,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "daemon/backend/contract-cache.h"
 #include "daemon/backend/cuda-backend.h"
 #include "daemon/backend/cuda-check.h"
 #include "daemon/backend/cuda-internal.h"
@@ -857,6 +858,16 @@ static tf_status cuda_inject_fault(tfd_backend *be, void *stream, const tfd_op *
     return TF_ERR_INTERNAL;
 }
 
+/* Contractions: one or two inputs, planned through the daemon-wide cache (cuda-contract.c). */
+static tf_status cuda_contract(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                               size_t msg_len) {
+    if (op->n_inputs != 1 && op->n_inputs != 2)
+        return inconsistent(op, "wrong number of inputs", msg, msg_len);
+    tf_status st = begin_op(be, stream, op, op->n_inputs, msg, msg_len);
+    if (st != TF_OK) return st;
+    return tfd_cuda_contract(stream, ((cuda_impl *)be->impl)->sm_count, op, msg, msg_len);
+}
+
 /* ---- completion ---- */
 
 /*
@@ -935,6 +946,7 @@ static void cuda_event_destroy(tfd_backend *be, void *event) {
  * pool, then releases the free blocks the pool keeps (its release threshold
  * is "keep everything", see cuda_open) back to the driver. Memory still in
  * use, or freed by work a stream has not reached yet, stays; nothing waits.
+ * The daemon-wide contraction plans are dropped too.
  */
 static tf_status cuda_trim(tfd_backend *be, char *msg, size_t msg_len) {
     cuda_impl *impl = be->impl;
@@ -949,10 +961,12 @@ static tf_status cuda_trim(tfd_backend *be, char *msg, size_t msg_len) {
     TFD_CUDA_CHECK_RET(
         cudaMemPoolGetAttribute(impl->pool, cudaMemPoolAttrReservedMemCurrent, &after), msg,
         msg_len);
+    const uint64_t plans = tfd_plan_cache_clear(tfd_contract_plans());
     snprintf(msg, msg_len,
              "cuda:%d stream caches gave back %zu bytes; memory pool trimmed: %llu bytes "
-             "reserved before, %llu after",
-             impl->ordinal, cached, (unsigned long long)before, (unsigned long long)after);
+             "reserved before, %llu after; %llu contraction plan%s dropped",
+             impl->ordinal, cached, (unsigned long long)before, (unsigned long long)after,
+             (unsigned long long)plans, plans == 1 ? "" : "s");
     return TF_OK;
 }
 
@@ -1009,6 +1023,8 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .reduce = cuda_reduce,
     .matmul = cuda_matmul,
     .inject_fault = cuda_inject_fault,
+    .contract = cuda_contract,
+    .caches = tfd_contract_plans_caches,
     .event_record = cuda_event_record,
     .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,

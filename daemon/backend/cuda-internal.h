@@ -85,6 +85,14 @@ struct tfd_cuda_heap {
 tf_status tfd_cuda_matmul(tfd_cuda_stream *s, const tfd_op *op, char *msg, size_t msg_len);
 
 /*
+ * A contraction (OP_CONTRACT) through the daemon-wide plan cache: passes and
+ * one (strided-batched) GEMM enqueued on the stream (cuda-contract.c). The
+ * caller has selected the device for this thread and checked the views.
+ */
+tf_status tfd_cuda_contract(tfd_cuda_stream *s, int sm_count, const tfd_op *op, char *msg,
+                            size_t msg_len);
+
+/*
  * The per-stream block cache (cuda-alloc.c). Every function that may call
  * CUDA expects the device to be current on the calling thread and the context
  * to be usable (the backend's enter() succeeded).
