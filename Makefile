@@ -58,7 +58,8 @@ PROTO_H := $(BUILD)/gen/proto/tenferro.pb-c.h
 
 COMMON_SRC := $(wildcard common/*.c)
 CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/view-ops.c \
-                  client/completion.c client/mailbox.c client/pinned.c client/staging.c
+                  client/completion.c client/mailbox.c client/pinned.c client/staging.c \
+                  client/view-einsum.c client/einsum-path.c client/einsum-report.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 BACKEND_SRC := $(wildcard daemon/backend/*.c)
 CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)
@@ -163,6 +164,13 @@ $(BUILD)/examples/%: $(call obj,examples/%.c) $(BUILD)/libtenferro-client.a
 
 # Unit tests link the daemon's modules directly.
 $(BUILD)/tests/test-%: $(BUILD)/obj/tests/unit/test-%.o $(DAEMON_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(DAEMON_LIBS)
+
+# The einsum path's unit test also links the client's path and report modules.
+$(BUILD)/tests/test-einsum-path: $(BUILD)/obj/tests/unit/test-einsum-path.o \
+                                 $(call obj,client/einsum-path.c client/einsum-report.c) \
+                                 $(DAEMON_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(DAEMON_LIBS)
 
