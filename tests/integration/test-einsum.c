@@ -374,7 +374,7 @@ static void draw(expr *x) {
     x->how = all_methods[rnd(3)];
     x->n = 1 + (int)rnd(6);
     x->conj = rnd(1u << x->n);
-    int n_ell = rnd(4) == 0 ? 1 + (int)rnd(2) : 0;
+    int n_ell = rnd(3) == 0 ? 1 + (int)rnd(2) : 0;
     int64_t ell_size[2] = {1 + rnd(4), 1 + rnd(4)};
     int n_letters = 1 + (int)rnd((unsigned)(8 - n_ell));
     int letter[8];
@@ -392,10 +392,21 @@ static void draw(expr *x) {
     /* Terms: letters with repeats, an ellipsis of the last k broadcast dimensions anywhere. */
     int term_letters[MAX_OPS][TF_MAX_RANK], n_term[MAX_OPS], ell_at[MAX_OPS], k_ell[MAX_OPS];
     for (int i = 0; i < x->n; i++) {
-        k_ell[i] = n_ell && rnd(2) ? (int)rnd((unsigned)n_ell + 1) : -1;
+        /* Mostly an ellipsis that stands for dimensions; now and then one that stands for none. */
+        k_ell[i] = n_ell && rnd(3) ? (rnd(5) ? 1 + (int)rnd((unsigned)n_ell) : 0) : -1;
         int room = 6 - (k_ell[i] > 0 ? k_ell[i] : 0);
         n_term[i] = (int)rnd((unsigned)room + 1);
-        for (int a = 0; a < n_term[i]; a++) term_letters[i][a] = (int)rnd((unsigned)n_letters);
+        /* A letter already in the term (a diagonal) about one time in four. */
+        for (int a = 0; a < n_term[i]; a++) {
+            int l = (int)rnd((unsigned)n_letters);
+            for (int tries = 0, again = 1; again && tries < 3; tries++) {
+                again = 0;
+                for (int b = 0; b < a; b++) again |= term_letters[i][b] == l;
+                if (again && rnd(4)) l = (int)rnd((unsigned)n_letters);
+                else again = 0;
+            }
+            term_letters[i][a] = l;
+        }
         ell_at[i] = k_ell[i] >= 0 ? (int)rnd((unsigned)n_term[i] + 1) : -1;
     }
     /* Keep the reference's loop space small: shrink the largest letters. */
