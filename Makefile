@@ -174,6 +174,22 @@ $(BUILD)/tests/test-einsum-path: $(BUILD)/obj/tests/unit/test-einsum-path.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(DAEMON_LIBS)
 
+# The einsum parser's libFuzzer target, on its own (tests/fuzz/fuzz-einsum.c):
+# `make fuzz-einsum FUZZ_EINSUM_SECONDS=120` builds it with clang (libFuzzer, ASan, UBSan) and
+# runs it from tests/fuzz/corpus/einsum/, keeping what it finds in $(BUILD)-fuzz-einsum/corpus/.
+FUZZ_EINSUM_SECONDS ?= 60
+FUZZ_EINSUM := $(BUILD)-fuzz-einsum/fuzz-einsum
+$(FUZZ_EINSUM): tests/fuzz/fuzz-einsum.c common/einsum-parse.c common/shape-rules.c common/status.c
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -I. -Iinclude -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined -o $@ $^
+
+.PHONY: fuzz-einsum
+fuzz-einsum: $(FUZZ_EINSUM)
+	@mkdir -p $(BUILD)-fuzz-einsum/corpus
+	$(FUZZ_EINSUM) -max_total_time=$(FUZZ_EINSUM_SECONDS) -max_len=256 $(BUILD)-fuzz-einsum/corpus \
+	  tests/fuzz/corpus/einsum
+
 # Integration tests are clients: they link the client library and start a real daemon.
 $(BUILD)/tests/test-%: $(BUILD)/obj/tests/integration/test-%.o $(TEST_HARNESS) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
@@ -215,22 +231,6 @@ $(BUILD)/bench/gpu/bench-gpu-chain: $(BUILD)/obj/bench/gpu/bench-gpu-chain.o $(G
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 endif
-
-# ---- the einsum parser's libFuzzer target, on its own (tests/fuzz/fuzz-einsum.c) ----
-# `make fuzz-einsum FUZZ_EINSUM_SECONDS=120` builds it with clang (libFuzzer, ASan, UBSan) and
-# runs it from tests/fuzz/corpus/einsum/, keeping what it finds in $(BUILD)-fuzz-einsum/corpus/.
-FUZZ_EINSUM_SECONDS ?= 60
-FUZZ_EINSUM := $(BUILD)-fuzz-einsum/fuzz-einsum
-$(FUZZ_EINSUM): tests/fuzz/fuzz-einsum.c common/einsum-parse.c common/shape-rules.c common/status.c
-	@mkdir -p $(dir $@)
-	clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -I. -Iinclude -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=undefined -o $@ $^
-
-.PHONY: fuzz-einsum
-fuzz-einsum: $(FUZZ_EINSUM)
-	@mkdir -p $(BUILD)-fuzz-einsum/corpus
-	$(FUZZ_EINSUM) -max_total_time=$(FUZZ_EINSUM_SECONDS) -max_len=256 $(BUILD)-fuzz-einsum/corpus \
-	  tests/fuzz/corpus/einsum
 
 # ---- running ----
 deps:
