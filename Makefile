@@ -61,7 +61,7 @@ PROTO_H := $(BUILD)/gen/proto/tenferro.pb-c.h
 COMMON_SRC := $(wildcard common/*.c)
 CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/view-ops.c \
                   client/completion.c client/mailbox.c client/pinned.c client/staging.c \
-                  client/testing.c
+                  client/testing.c client/view-einsum.c client/einsum-path.c client/einsum-report.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 BACKEND_SRC := $(wildcard daemon/backend/*.c)
 CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)
@@ -168,6 +168,29 @@ $(BUILD)/examples/%: $(call obj,examples/%.c) $(BUILD)/libtenferro-client.a
 $(BUILD)/tests/test-%: $(BUILD)/obj/tests/unit/test-%.o $(DAEMON_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(DAEMON_LIBS)
+
+# The einsum path's unit test also links the client's path and report modules.
+$(BUILD)/tests/test-einsum-path: $(BUILD)/obj/tests/unit/test-einsum-path.o \
+                                 $(call obj,client/einsum-path.c client/einsum-report.c) \
+                                 $(DAEMON_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(DAEMON_LIBS)
+
+# The einsum parser's libFuzzer target, on its own (tests/fuzz/fuzz-einsum.c):
+# `make fuzz-einsum FUZZ_EINSUM_SECONDS=120` builds it with clang (libFuzzer, ASan, UBSan) and
+# runs it from tests/fuzz/corpus/einsum/, keeping what it finds in $(BUILD)-fuzz-einsum/corpus/.
+FUZZ_EINSUM_SECONDS ?= 60
+FUZZ_EINSUM := $(BUILD)-fuzz-einsum/fuzz-einsum
+$(FUZZ_EINSUM): tests/fuzz/fuzz-einsum.c common/einsum-parse.c common/shape-rules.c common/status.c
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -I. -Iinclude -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined -o $@ $^
+
+.PHONY: fuzz-einsum
+fuzz-einsum: $(FUZZ_EINSUM)
+	@mkdir -p $(BUILD)-fuzz-einsum/corpus
+	$(FUZZ_EINSUM) -max_total_time=$(FUZZ_EINSUM_SECONDS) -max_len=256 $(BUILD)-fuzz-einsum/corpus \
+	  tests/fuzz/corpus/einsum
 
 # Integration tests are clients: they link the client library and start a real daemon.
 $(BUILD)/tests/test-%: $(BUILD)/obj/tests/integration/test-%.o $(TEST_HARNESS) $(BUILD)/libtenferro-client.a

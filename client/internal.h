@@ -68,6 +68,10 @@ typedef struct tf__queued_op {
     int64_t params[TF_MAX_RANK];
     unsigned flags;
     tf_scalar alpha, beta;
+    tf__contraction contract; /* TF__OP_CONTRACT */
+    /* Its wire form, written by the encoder (Op.contraction points at it while a frame is built). */
+    Tenferro__Contraction contract_msg;
+    uint32_t contract_labels[3][TF_MAX_RANK]; /* labels_a, labels_b, labels_out */
 } tf__queued_op;
 
 struct tf_view {
@@ -255,6 +259,14 @@ tf_status tf__queue_op(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tens
                        tf_scalar beta, tf_tensor *out);
 /* Queues a FREE of an existing tensor in the active session. */
 tf_status tf__queue_free(tf_client *c, tf_tensor t);
+/* TF_OK when operations may be queued on v now (inside its session callback, connected). */
+tf_status tf__view_check(tf_view *v);
+/*
+ * Queues an OP_CONTRACT whose descriptor and output metadata the caller has
+ * checked (client/view-einsum.c); returns its output handle.
+ */
+tf_status tf__queue_contract(tf_client *c, const tf__contraction *k, const tf_tensor *inputs,
+                             const tf__meta *out_meta, tf_tensor *out);
 
 /*
  * Carries the queued operations to the daemon in a Submit of `mode`. The

@@ -62,6 +62,25 @@ static void settle_queue(tf_client *c, size_t accepted) {
 
 void tf__discard_queue(tf_client *c) { settle_queue(c, 0); }
 
+/* Points op at the wire form of q's contraction, written into q (which stays put while encoding). */
+static void encode_contraction(tf__queued_op *q, Tenferro__Op *op) {
+    const tf__contraction *k = &q->contract;
+    Tenferro__Contraction *m = &q->contract_msg;
+    tenferro__contraction__init(m);
+    for (int x = 0; x < 2; x++)
+        for (int a = 0; a < k->rank[x]; a++) q->contract_labels[x][a] = k->labels[x][a];
+    for (int a = 0; a < k->out_rank; a++) q->contract_labels[2][a] = k->out[a];
+    m->n_labels_a = (size_t)k->rank[0];
+    m->labels_a = q->contract_labels[0];
+    m->n_labels_b = k->n_inputs == 2 ? (size_t)k->rank[1] : 0;
+    m->labels_b = q->contract_labels[1];
+    m->n_labels_out = (size_t)k->out_rank;
+    m->labels_out = q->contract_labels[2];
+    m->conj_a = k->conj[0] != 0;
+    m->conj_b = k->n_inputs == 2 && k->conj[1] != 0;
+    op->contraction = m;
+}
+
 /* Builds the wire form of queued operations [from, from+n). */
 static void encode_ops(tf_client *c, size_t from, size_t n, Tenferro__Op *ops, Tenferro__Op **ptrs) {
     for (size_t i = 0; i < n; i++) {
@@ -79,6 +98,7 @@ static void encode_ops(tf_client *c, size_t from, size_t n, Tenferro__Op *ops, T
         op->alpha_im = q->alpha.im;
         op->beta_re = q->beta.re;
         op->beta_im = q->beta.im;
+        if (q->kind == TF__OP_CONTRACT) encode_contraction(q, op);
         ptrs[i] = op;
     }
 }

@@ -100,6 +100,27 @@ tf_status tf__queue_free(tf_client *c, tf_tensor t) {
     return TF_OK;
 }
 
+tf_status tf__view_check(tf_view *v) { return check_view(v); }
+
+tf_status tf__queue_contract(tf_client *c, const tf__contraction *k, const tf_tensor *inputs,
+                             const tf__meta *out_meta, tf_tensor *out) {
+    tf__queued_op *q = queue_slot(c);
+    if (!q) return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing contract");
+    tf__handle outh = {.id = c->next_tensor_id + 1, .meta = *out_meta, .pending = 1};
+    if (tf__id_table_insert(&c->handles, &outh) != 0)
+        return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing contract");
+    c->next_tensor_id++;
+    memset(q, 0, sizeof *q);
+    q->kind = TF__OP_CONTRACT;
+    q->n_inputs = k->n_inputs;
+    for (int i = 0; i < k->n_inputs; i++) q->inputs[i] = inputs[i];
+    q->output = outh.id;
+    q->contract = *k;
+    c->n_queued++;
+    *out = outh.id;
+    return TF_OK;
+}
+
 static const tf_scalar no_scalar = {0, 0};
 
 /* A two-input elementwise operation. */
