@@ -2,11 +2,12 @@
 #
 #   make                  daemon, client library (.so/.a), tenferroctl, tests, benchmarks
 #   make check            install missing dependencies, run every suite, then again under ASan/UBSan
+#   make check-tsan       the unit, integration and load suites under ThreadSanitizer
 #   make demo             start tenferrod on the best device, run the example client, stop
 #   make bench            benchmarks (CPU backend), BENCH lines on stdout
 #   make install          PREFIX=/usr/local DESTDIR=
 #
-# Knobs: BUILD=dir (output folder), SANITIZE=1 (ASan+UBSan), CUDA=auto|0|1,
+# Knobs: BUILD=dir (output folder), SANITIZE=1 (ASan+UBSan) or thread (TSan), CUDA=auto|0|1,
 #        STATIC_DEPS=1 (link libuv, protobuf-c, Check, inih statically, CUDA runtime statically)
 
 BUILD ?= build
@@ -33,6 +34,12 @@ LDFLAGS :=
 ifeq ($(SANITIZE),1)
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   CFLAGS += $(SANFLAGS)
+  LDFLAGS += $(SANFLAGS)
+endif
+# ThreadSanitizer (make check-tsan; docs/testing.md). -O1 keeps the reports' stacks readable.
+ifeq ($(SANITIZE),thread)
+  SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+  CFLAGS += $(SANFLAGS) -O1
   LDFLAGS += $(SANFLAGS)
 endif
 
@@ -108,7 +115,7 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check test test-unit test-integration test-load load test-install demo bench install clean build-commit
+.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load test-install demo bench install clean build-commit
 all: $(TARGETS) build-commit
 
 # The commit a build folder was made from, for reports made elsewhere (scripts/gpu-check.sh).
@@ -242,6 +249,31 @@ test-install: all $(BUILD)/tests/notify-listener
 
 test: test-unit test-integration test-load test-install
 
+# ThreadSanitizer: the daemon, the client library and every suite built with -fsanitize=thread
+# (BUILD=build-tsan, CUDA=0), then the unit, integration and bounded load suites run against the
+# TSan daemon (docs/testing.md). A report fails the run twice over: the process that saw the race
+# exits 66 (the harness's daemon stop fails the test), and every report is also written under
+# build-tsan/tsan-reports/, which must stay empty (this catches processes whose exit status
+# nobody checks: a daemon a test kills, a forked client).
+TSAN_SUPP := $(abspath tests/tsan.supp)
+TSAN_REPORTS = $(abspath $(BUILD))/tsan-reports
+check-tsan:
+	$(MAKE) BUILD=build-tsan SANITIZE=thread CUDA=0 test-tsan
+
+test-tsan: $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BUILD)/tenferrod $(BUILD)/tenferroctl $(BUILD)/tests/load
+	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
+	@start=$$(date +%s); \
+	TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$(TSAN_REPORTS)/report suppressions=$(TSAN_SUPP)" \
+	  $(MAKE) --no-print-directory test-unit test-integration test-load; rc=$$?; \
+	echo "check-tsan: the suites took $$(( $$(date +%s) - start )) s"; \
+	if [ -n "$$(ls -A $(TSAN_REPORTS))" ]; then \
+	  echo "check-tsan: ThreadSanitizer reports (one file per process, $(TSAN_REPORTS)):"; \
+	  grep -h '^SUMMARY' $(TSAN_REPORTS)/* | sort | uniq -c; \
+	  for f in $(TSAN_REPORTS)/*; do echo "---- $$f"; cat "$$f"; done | head -400; \
+	  exit 1; \
+	fi; \
+	exit $$rc
+
 check: deps
 	$(MAKE) all
 	$(MAKE) test
@@ -260,6 +292,6 @@ install: all
 	scripts/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
 clean:
-	rm -rf build build-san build-gpu
+	rm -rf build build-san build-tsan build-gpu
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -122,7 +122,16 @@ static void on_done_ready(uv_poll_t *h, int status, int events) {
     }
 }
 
-void tfd_executor_set_busy_poll(tfd_executor *ex, tfd_busy_poll *bp) { ex->busy_poll = bp; }
+/*
+ * The completion thread is already running and reads the window under
+ * event_lock, so the pointer is set under it too (the loop thread, which
+ * also reads it, is the one setting it).
+ */
+void tfd_executor_set_busy_poll(tfd_executor *ex, tfd_busy_poll *bp) {
+    pthread_mutex_lock(&ex->event_lock);
+    ex->busy_poll = bp;
+    pthread_mutex_unlock(&ex->event_lock);
+}
 
 /*
  * Completion thread, with ex->event_lock held: returns once an item is queued
@@ -131,10 +140,11 @@ void tfd_executor_set_busy_poll(tfd_executor *ex, tfd_busy_poll *bp) { ex->busy_
  */
 static void await_event_locked(tfd_executor *ex) {
     while (!ex->event_head && !ex->event_stopping) {
-        if (ex->busy_poll && tfd_busy_poll_active(ex->busy_poll)) {
+        tfd_busy_poll *bp = ex->busy_poll; /* read under the lock, used outside it */
+        if (bp && tfd_busy_poll_active(bp)) {
             pthread_mutex_unlock(&ex->event_lock);
             while (!atomic_load_explicit(&ex->events_queued, memory_order_relaxed) &&
-                   tfd_busy_poll_active(ex->busy_poll))
+                   tfd_busy_poll_active(bp))
                 tf__cpu_relax();
             pthread_mutex_lock(&ex->event_lock);
             continue;
