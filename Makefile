@@ -104,7 +104,8 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
 GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,$(filter-out bench/gpu/gpu-common.c,$(wildcard bench/gpu/*.c)))
 
 TARGETS := $(BUILD)/tenferrod $(BUILD)/libtenferro-client.a $(BUILD)/tenferroctl \
-           $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BENCHES) $(EXAMPLES) $(BUILD)/tests/load
+           $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BENCHES) $(EXAMPLES) $(BUILD)/tests/load \
+           $(BUILD)/tests/tenferrod-failalloc
 ifneq ($(STATIC_DEPS),1)
   TARGETS += $(BUILD)/libtenferro-client.so
 endif
@@ -168,6 +169,29 @@ $(BUILD)/examples/%: $(call obj,examples/%.c) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) -lm
 
+# The failure-injection daemon (docs/testing.md): the daemon's objects, CPU backend only (the
+# walk starts it hundreds of times; the CUDA libraries alone take a third of a second to load),
+# with the item pool off (every executor item is an allocation) and the allocation calls wrapped
+# by tests/failalloc/failalloc.c. Test-only: nothing of it is in $(BUILD)/tenferrod.
+FAILALLOC_DAEMON := $(BUILD)/tests/tenferrod-failalloc
+FAILALLOC_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc \
+                  -Wl,--wrap=posix_memalign,--wrap=free,--wrap=uv_accept
+FAILALLOC_OWN_OBJ := $(BUILD)/obj/failalloc/item-pool.o $(BUILD)/obj/failalloc/registry.o \
+                     $(call obj,tests/failalloc/failalloc.c)
+FAILALLOC_OBJ := $(call obj,daemon/main.c) $(COMMON_OBJ) $(FAILALLOC_OWN_OBJ) \
+                 $(filter-out $(call obj,daemon/item-pool.c daemon/backend/registry.c) \
+                   $(BUILD)/obj/daemon/backend/cuda-%.o $(CUDA_OBJ),$(DAEMON_OBJ))
+$(BUILD)/obj/failalloc/item-pool.o: daemon/item-pool.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DTFD_ITEM_POOL_OFF -c $< -o $@
+$(BUILD)/obj/failalloc/registry.o: daemon/backend/registry.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(FAILALLOC_DAEMON): $(FAILALLOC_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $(FAILALLOC_WRAP) -o $@ $^ $(filter-out $(LIB_CUDA),$(DAEMON_LIBS))
+
 # Unit tests link the daemon's modules directly.
 $(BUILD)/tests/test-%: $(BUILD)/obj/tests/unit/test-%.o $(DAEMON_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(dir $@)
@@ -222,9 +246,9 @@ deps:
 test-unit: $(UNIT_TESTS)
 	@for t in $(UNIT_TESTS); do echo "== $$t"; $$t || exit 1; done
 
-test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS)
+test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS) $(FAILALLOC_DAEMON)
 	@for t in $(INTEGRATION_TESTS); do echo "== $$t"; \
-	  TENFERRO_DAEMON=$(BUILD)/tenferrod $$t || exit 1; done
+	  TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_FAILALLOC_DAEMON=$(FAILALLOC_DAEMON) $$t || exit 1; done
 	@echo "== $(BUILD)/tests/test-transfers, the daemon polling (transfers through the mailbox)"
 	@TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=2000 $(BUILD)/tests/test-transfers
 
@@ -260,7 +284,8 @@ TSAN_REPORTS = $(abspath $(BUILD))/tsan-reports
 check-tsan:
 	$(MAKE) BUILD=build-tsan SANITIZE=thread CUDA=0 test-tsan
 
-test-tsan: $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BUILD)/tenferrod $(BUILD)/tenferroctl $(BUILD)/tests/load
+test-tsan: $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BUILD)/tenferrod $(BUILD)/tenferroctl $(BUILD)/tests/load \
+           $(FAILALLOC_DAEMON)
 	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
 	@start=$$(date +%s); \
 	TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$(TSAN_REPORTS)/report suppressions=$(TSAN_SUPP)" \

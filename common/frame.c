@@ -16,10 +16,38 @@ tf_status tf__frame_encode(const Tenferro__Frame *frame, uint64_t max_bytes, uin
     return TF_OK;
 }
 
+/*
+ * protobuf-c allocates a decoded frame through these rather than its own
+ * malloc, so the caller's allocations include the frame's (the failure
+ * injection build wraps them, docs/testing.md) and a decode that ran out of
+ * memory can be told from a malformed body: allocator_data, when set, is an
+ * int that a failed allocation sets.
+ */
+static void *frame_alloc(void *data, size_t size) {
+    void *p = malloc(size);
+    if (!p && data) *(int *)data = 1;
+    return p;
+}
+
+static void frame_release(void *data, void *p) {
+    (void)data;
+    free(p);
+}
+
 Tenferro__Frame *tf__frame_decode(const uint8_t *body, size_t len) {
-    return tenferro__frame__unpack(NULL, len, body);
+    Tenferro__Frame *frame;
+    return tf__frame_decode_status(body, len, &frame) == TF_OK ? frame : NULL;
+}
+
+tf_status tf__frame_decode_status(const uint8_t *body, size_t len, Tenferro__Frame **frame) {
+    int out_of_memory = 0;
+    ProtobufCAllocator allocator = {frame_alloc, frame_release, &out_of_memory};
+    *frame = tenferro__frame__unpack(&allocator, len, body);
+    if (*frame) return TF_OK;
+    return out_of_memory ? TF_ERR_NO_MEMORY : TF_ERR_PROTOCOL;
 }
 
 void tf__frame_free(Tenferro__Frame *frame) {
-    if (frame) tenferro__frame__free_unpacked(frame, NULL);
+    ProtobufCAllocator allocator = {frame_alloc, frame_release, NULL};
+    if (frame) tenferro__frame__free_unpacked(frame, &allocator);
 }

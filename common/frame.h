@@ -41,6 +41,13 @@ tf_status tf__frame_encode(const Tenferro__Frame *frame, uint64_t max_bytes, uin
 /* Decodes a frame body; NULL when it does not decode. Free with tf__frame_free. */
 Tenferro__Frame *tf__frame_decode(const uint8_t *body, size_t len);
 
+/*
+ * Decodes a frame body into *frame: TF_OK, TF_ERR_PROTOCOL when the body is
+ * malformed, or TF_ERR_NO_MEMORY when the decoded frame could not be
+ * allocated (the body may be fine). *frame is NULL unless TF_OK.
+ */
+tf_status tf__frame_decode_status(const uint8_t *body, size_t len, Tenferro__Frame **frame);
+
 void tf__frame_free(Tenferro__Frame *frame);
 
 #endif

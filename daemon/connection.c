@@ -304,6 +304,25 @@ void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) {
     tfd_conn_close(c);
 }
 
+/*
+ * The daemon ran out of host memory for this connection's input: its
+ * requests cannot be read, so it is told why (TF_ERR_NO_MEMORY, not a
+ * protocol error: the client did nothing wrong) and closed.
+ */
+static void fail_out_of_memory(tfd_conn *c, const char *what) {
+    tfd_log(TFD_LOG_ERROR, "client %llu (pid %d, %s): out of memory %s; closing this connection",
+            (unsigned long long)c->client_id, (int)c->pid, c->name, what);
+    tfd_conn_reply(c, 0, TF_ERR_NO_MEMORY, "tenferrod is out of memory %s; the connection is closed",
+                   what);
+    tfd_conn_close(c);
+}
+
+/* Table walker of the final free: one tensor left behind by the close, freed at once. */
+static void free_left(tfd_tensor *rec, void *arg) {
+    tfd_conn *c = arg;
+    tfd_stream_free_now(c->stream, rec->data, rec->bytes);
+}
+
 /* Unlinks and frees the connection once nothing can refer to it any more. */
 void tfd_conn_maybe_free(tfd_conn *c) {
     if (!c->pipe_closed || !c->stream_drained || c->transfers_in_flight || c->buffer_creations)
@@ -317,6 +336,9 @@ void tfd_conn_maybe_free(tfd_conn *c) {
     srv->n_conns--;
     srv->counters.connections_closed++;
     tfd_notify_clients(srv->n_conns);
+    /* Tensors the close found no memory to queue a free for go now that the stream is idle. */
+    tfd_tensor_table_each(&c->tensors, free_left, c);
+    srv->counters.tensors_freed += c->tensors.count;
     tfd_stream_destroy(c->stream);
     tfd_tensor_table_destroy(&c->tensors);
     tfd_conn_buffers_release(c, 1);
@@ -357,8 +379,36 @@ static void on_final_marker(tfd_item *it) {
     tfd_conn_maybe_free(c);
 }
 
-/* Table walker: frees one tensor's device memory on the stream. */
-static void free_one(tfd_tensor *rec, void *arg) { tfd_free_tensor_storage(arg, rec); }
+/* Ids of up to 64 tensors, picked in one walk over the table (which cannot change during it). */
+typedef struct tensor_pick {
+    uint64_t ids[64];
+    int n;
+} tensor_pick;
+
+static void pick_tensor(tfd_tensor *rec, void *arg) {
+    tensor_pick *p = arg;
+    if (p->n < (int)(sizeof p->ids / sizeof *p->ids)) p->ids[p->n++] = rec->id;
+}
+
+/*
+ * Frees a closing connection's tensors on its stream, behind everything it
+ * queued. Those it finds no memory to queue a free for stay in the table,
+ * and tfd_conn_maybe_free frees them once the stream is idle.
+ */
+static void free_tensors(tfd_conn *c) {
+    for (;;) {
+        tensor_pick p = {.n = 0};
+        tfd_tensor_table_each(&c->tensors, pick_tensor, &p);
+        if (p.n == 0) break;
+        for (int i = 0; i < p.n; i++) {
+            if (tfd_free_tensor_storage(c, tfd_tensor_table_find(&c->tensors, p.ids[i])) != TF_OK)
+                return;
+            tfd_tensor_table_remove(&c->tensors, p.ids[i], NULL);
+            c->srv->counters.tensors_freed++;
+        }
+    }
+    tfd_tensor_table_destroy(&c->tensors);
+}
 
 void tfd_conn_close(tfd_conn *c) {
     if (c->closing) return;
@@ -376,9 +426,7 @@ void tfd_conn_close(tfd_conn *c) {
     tfd_admission_cancel(c);
     c->scoped_active = 0;
     if (c->stream) {
-        tfd_tensor_table_each(&c->tensors, free_one, c);
-        c->srv->counters.tensors_freed += c->tensors.count;
-        tfd_tensor_table_destroy(&c->tensors);
+        free_tensors(c);
         if (tfd_conn_enqueue_marker(c, on_final_marker, c) != TF_OK) c->stream_drained = 1;
     } else {
         c->stream_drained = 1;
@@ -432,12 +480,18 @@ static void parse_frames(tfd_conn *c) {
         }
         size_t total = TF__FRAME_HEADER_BYTES + (size_t)len;
         if (c->rlen < total) {
-            if (reserve(c, total - c->rlen) != 0) tfd_conn_fail(c, "out of memory reading a frame");
+            if (reserve(c, total - c->rlen) != 0) fail_out_of_memory(c, "reading a frame");
             return;
         }
-        Tenferro__Frame *frame = tf__frame_decode(c->rbuf + c->rstart + TF__FRAME_HEADER_BYTES, len);
+        Tenferro__Frame *frame;
+        tf_status st = tf__frame_decode_status(c->rbuf + c->rstart + TF__FRAME_HEADER_BYTES, len,
+                                               &frame);
         c->rstart += total;
         c->rlen -= total;
+        if (st == TF_ERR_NO_MEMORY) {
+            fail_out_of_memory(c, "decoding a frame");
+            return;
+        }
         if (!frame) {
             tfd_conn_fail(c, "a frame body of %u bytes does not decode as tenferro.Frame", len);
             return;
@@ -481,7 +535,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
         return;
     }
     if (nread == UV_ENOBUFS) {
-        tfd_conn_fail(c, "out of memory reading a frame");
+        fail_out_of_memory(c, "reading a frame");
         return;
     }
     tfd_conn_close(c);
@@ -503,9 +557,43 @@ void tfd_conn_resume(tfd_conn *c) {
     serve_input(c);
 }
 
+/*
+ * A client the daemon has no memory for is still accepted, into this one
+ * spare handle, and closed at once (it sees the connection end): libuv
+ * watches the listener again only after uv_accept, so a client left
+ * unaccepted would stop every later connection too. One that arrives while
+ * the spare is still closing is taken when it is free.
+ */
+static uv_pipe_t spare_pipe;
+static int spare_state; /* 0 free, 1 closing, 2 closing and a connection waits */
+
+static void on_spare_closed(uv_handle_t *h) {
+    tfd_server *srv = h->data;
+    int waiting = spare_state == 2;
+    spare_state = 0;
+    if (waiting && !srv->stopping) tfd_conn_accept(srv);
+}
+
+/* Accepts the waiting connection into the spare handle and closes it. */
+static void refuse_unaccepted(tfd_server *srv) {
+    if (spare_state) {
+        spare_state = 2;
+        return;
+    }
+    tfd_log(TFD_LOG_ERROR, "out of memory accepting a client: its connection is closed");
+    uv_pipe_init(srv->loop, &spare_pipe, 0);
+    spare_pipe.data = srv;
+    spare_state = 1;
+    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&spare_pipe);
+    uv_close((uv_handle_t *)&spare_pipe, on_spare_closed);
+}
+
 void tfd_conn_accept(tfd_server *srv) {
     tfd_conn *c = calloc(1, sizeof *c);
-    if (!c) return;
+    if (!c) {
+        refuse_unaccepted(srv);
+        return;
+    }
     c->srv = srv;
     uv_pipe_init(srv->loop, &c->pipe, 0);
     if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->pipe) != 0) {

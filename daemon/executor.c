@@ -434,6 +434,19 @@ tf_status tfd_stream_create(tfd_executor *ex, int priority, tfd_stream **out, ch
     return TF_OK;
 }
 
+/* Waits until no worker holds the stream (it is neither queued to run nor being served). */
+static void wait_unheld(tfd_stream *s) {
+    pthread_mutex_lock(&s->lock);
+    while (s->scheduled) pthread_cond_wait(&s->idle, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void tfd_stream_free_now(tfd_stream *s, void *ptr, size_t bytes) {
+    wait_unheld(s);
+    s->ex->be->vt->free(s->ex->be, s->native, ptr, bytes);
+    tfd_executor_note_free(s->ex, bytes);
+}
+
 void tfd_stream_destroy(tfd_stream *s) {
     if (!s) return;
     /*
@@ -441,9 +454,7 @@ void tfd_stream_destroy(tfd_stream *s) {
      * executed the marker has finished its bookkeeping on the stream; wait for
      * it to let go (no device work is left, only that tail) before freeing.
      */
-    pthread_mutex_lock(&s->lock);
-    while (s->scheduled) pthread_cond_wait(&s->idle, &s->lock);
-    pthread_mutex_unlock(&s->lock);
+    wait_unheld(s);
     s->ex->be->vt->stream_destroy(s->ex->be, s->native);
     pthread_cond_destroy(&s->idle);
     pthread_mutex_destroy(&s->lock);

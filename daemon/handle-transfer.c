@@ -49,7 +49,9 @@ static tf_status create_tensor(tfd_conn *c, const Tenferro__Upload *up, char *ms
     if (st == TF_OK) st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
     if (st != TF_OK) return st;
     if (tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
-        tfd_free_tensor_storage(c, &rec);
+        /* No item has seen the new memory: it goes at once, needing no FREE item. */
+        c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data, rec.bytes);
+        tfd_executor_note_free(c->srv->ex, rec.bytes);
         snprintf(msg, len, "out of host memory");
         return TF_ERR_NO_MEMORY;
     }
