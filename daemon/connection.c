@@ -74,7 +74,8 @@ static void write_bytes(tfd_conn *c, uint8_t *bytes, size_t len, size_t done) {
     out_frame *f = calloc(1, sizeof *f);
     if (!f) {
         free(bytes);
-        if (done > 0) tfd_conn_close(c); /* half a frame is out: the stream cannot recover */
+        /* The reply is lost (or half of it is out): the client would wait for it forever. */
+        tfd_conn_close(c);
         return;
     }
     f->bytes = bytes;

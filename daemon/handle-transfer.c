@@ -96,7 +96,10 @@ void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
         tfd_conn_reply(c, seq, TF_OK, NULL);
 }
 
-/* Sends the bytes a READ item copied out, or the failure the stream reported. */
+/*
+ * Sends the bytes a READ item copied out, or the failure the stream reported,
+ * or (no host buffer: none could be allocated) TF_ERR_NO_MEMORY, in its turn.
+ */
 static void on_read_done(tfd_item *it) {
     tfd_conn *c = it->done_arg;
     if (!c->closing) {
@@ -105,8 +108,12 @@ static void on_read_done(tfd_item *it) {
         Tenferro__Result result = TENFERRO__RESULT__INIT;
         result.status = (uint32_t)it->outcome.status;
         result.message = it->outcome.message;
+        if (!it->u.copy.host && it->outcome.status == TF_OK) {
+            result.status = TF_ERR_NO_MEMORY;
+            result.message = "out of host memory for the read";
+        }
         reply.result = &result;
-        if (it->outcome.status == TF_OK) {
+        if (result.status == TF_OK) {
             reply.data.data = it->u.copy.host;
             reply.data.len = it->u.copy.bytes;
             c->srv->counters.bytes_downloaded += it->u.copy.bytes;
@@ -166,18 +173,23 @@ void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
                         (unsigned long long)length, (unsigned long long)c->srv->opt.max_frame_bytes);
         return;
     }
+    /*
+     * Earlier downloads may still be on the stream: a refusal for want of
+     * memory goes in its turn (an item that copies nothing and answers
+     * TF_ERR_NO_MEMORY), never ahead of their replies; without even an item,
+     * the connection ends with that status.
+     */
     tfd_item *it = tfd_item_new(TFD_ITEM_READ);
-    void *host = malloc(length ? length : 1);
-    if (!it || !host) {
-        free(it);
-        free(host);
-        refuse_download(c, seq, TF_ERR_NO_MEMORY, "out of host memory for a %llu-byte read",
-                        (unsigned long long)length);
+    if (!it) {
+        tfd_conn_reply(c, 0, TF_ERR_NO_MEMORY,
+                       "tenferrod is out of memory for a download; the connection is closed");
+        tfd_conn_close(c);
         return;
     }
+    void *host = malloc(length ? length : 1);
     it->u.copy.device = (uint8_t *)t->data + offset;
     it->u.copy.host = host;
-    it->u.copy.bytes = length;
+    it->u.copy.bytes = host ? length : 0;
     it->done = on_read_done;
     it->done_arg = c;
     it->tag = seq;

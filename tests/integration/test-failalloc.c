@@ -20,10 +20,13 @@
  * The workload: connect; upload two tensors (one large enough for the staged
  * route, whose staging buffer is a pinned buffer); a scoped session with an
  * add, a matmul and a sum; a held session (open, operations, submit,
- * operations, synchronize, close); a pinned buffer with a pending upload,
- * then a pending download into it; blocking downloads of every result; a
- * second short connection (connect, upload, download, disconnect); then
- * disconnect.
+ * operations and a FREE, synchronize, close); a pinned buffer with a
+ * pending upload, then a pending download into it; a pending download
+ * released unwaited and a held session released; blocking downloads of
+ * every result; a Free; a second short connection (connect, upload,
+ * download, disconnect); a status request; a raw connection that sends
+ * several downloads before reading (its replies queue behind a full socket);
+ * then disconnect. An f32 sum makes a worker thread allocate.
  *
  * A dry run (nothing fails) counts the allocations K the workload makes.
  * Every N from 1 to K is walked when the walk fits the time budget
@@ -51,6 +54,10 @@
 
 /* Element counts of the workload's tensors: X is staged (at least 64 KiB of f64), Y inline. */
 enum { XN = 96, YN = 32, SMALL = 16 };
+/* An f32 tensor of FR x FC summed over its columns: more sums than fit the worker's stack buffer. */
+enum { FR = 640, FC = 3 };
+/* The raw step's tensor (inline: under 64 KiB) and how many downloads of it go out unread. */
+enum { RAW_ELEMS = 7000, RAW_DOWNLOADS = 8 };
 /* Bytes of the second client's tensor. */
 enum { HELD_ELEMS = 512 };
 
@@ -79,8 +86,9 @@ static void sleep_ms(int ms) {
 typedef struct workload {
     tf_client *c;
     const char *step; /* what it was doing, for the report */
-    tf_tensor x, y, z, m, s, a, b, d, u;
+    tf_tensor x, y, z, m, s, a, b, d, u, f, fs;
     double hx[XN * XN], hy[XN * XN], hu[XN * XN];
+    float hf[FR * FC];
 } workload;
 
 /* The allowed outcome of a failed call: which exit code it maps to, or W_WRONG. */
@@ -132,6 +140,8 @@ static tf_status scoped_ops(tf_view *v, void *arg) {
     if (st == TF_OK) st = tf_view_matmul(v, w->x, w->x, &w->m);
     int axis = 1;
     if (st == TF_OK) st = tf_view_sum(v, w->m, 1, &axis, &w->s);
+    /* Runs on a worker that allocates its accumulators (cpu-reduce.c). */
+    if (st == TF_OK) st = tf_view_sum(v, w->f, 1, &axis, &w->fs);
     return st;
 }
 
@@ -144,7 +154,154 @@ static tf_status held_ops_1(tf_view *v, void *arg) {
 
 static tf_status held_ops_2(tf_view *v, void *arg) {
     workload *w = arg;
-    return tf_view_sub(v, w->b, w->x, &w->d);
+    tf_status st = tf_view_sub(v, w->b, w->x, &w->d);
+    /* Queued behind d, so it travels as a FREE operation of the batch. */
+    if (st == TF_OK) st = tf_tensor_free(tf_view_client(v), w->a);
+    return st;
+}
+
+/*
+ * A pending download nobody waits for (released: the daemon frees the buffer
+ * and the tensor when the copy is done), and a held session released without
+ * a submission.
+ */
+static int detached_and_released(workload *w) {
+    double v[SMALL];
+    th_fill_random(TF_F64, SMALL, v);
+    tf_tensor t;
+    w->step = "upload (released)";
+    STEP(w, tf_upload(w->c, TF_F64, 1, (int64_t[]){SMALL}, v, &t));
+    tf_pinned_buffer *pb = NULL;
+    w->step = "pinned buffer (released)";
+    STEP(w, tf_pinned_buffer_new(w->c, sizeof v, &pb));
+    tf_pending *p = NULL;
+    w->step = "download pending (released)";
+    tf_status st = tf_download_pending(w->c, t, pb, &p);
+    if (st != TF_OK) {
+        tf_pinned_buffer_free(pb);
+        return outcome_of(w, st);
+    }
+    tf_pending_release(p);
+    tf_session *s = NULL;
+    w->step = "session open (released)";
+    STEP(w, tf_session_open(w->c, &s));
+    tf_session_release(s);
+    return W_COMPLETED;
+}
+
+/* Sends one frame of the raw step; 0 when sent. */
+static int raw_send_body(int fd, uint64_t seq, Tenferro__Frame *f) {
+    f->seq = seq;
+    return th_raw_send(fd, f);
+}
+
+/*
+ * A raw connection that sends several downloads before it reads any answer,
+ * so the daemon's replies outgrow the socket buffer and queue through libuv.
+ * Each answer must be the right bytes or a typed refusal, or the connection
+ * closes; an answer that never comes (the connection left open) is wrong.
+ */
+static int raw_pipelined(workload *w, const char *sock) {
+    th_daemon d;
+    memset(&d, 0, sizeof d);
+    snprintf(d.socket, sizeof d.socket, "%s", sock);
+    w->step = "raw pipelined downloads";
+    int fd = th_raw_connect(&d);
+    if (fd < 0) return W_DISCONNECTED;
+    Tenferro__Frame *hello = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
+    int rc = W_COMPLETED;
+    if (!hello || hello->body_case != TENFERRO__FRAME__BODY_HELLO_REPLY) {
+        rc = hello ? W_NO_MEMORY : W_DISCONNECTED;
+        tf__frame_free(hello);
+        goto out;
+    }
+    tf__frame_free(hello);
+    static double v[RAW_ELEMS];
+    th_fill_random(TF_F64, RAW_ELEMS, v);
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+    int64_t shape[1] = {RAW_ELEMS};
+    up.tensor = 1;
+    up.create = 1;
+    up.dtype = TF_F64;
+    up.n_shape = 1;
+    up.shape = shape;
+    up.data.data = (uint8_t *)v;
+    up.data.len = sizeof v;
+    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
+    f.upload = &up;
+    if (raw_send_body(fd, 2, &f) != 0) {
+        rc = W_DISCONNECTED;
+        goto out;
+    }
+    Tenferro__Frame *r = th_raw_recv(fd, 5000);
+    int ok = r && r->body_case == TENFERRO__FRAME__BODY_RESULT && r->result->status == TF_OK;
+    if (r && !ok && r->body_case == TENFERRO__FRAME__BODY_RESULT &&
+        r->result->status != TF_ERR_NO_MEMORY) {
+        fprintf(stderr, "[workload] raw upload: %s\n", tf_status_name(r->result->status));
+        rc = W_WRONG;
+    } else if (!ok) {
+        rc = r ? W_NO_MEMORY : (th_raw_closed(fd, 0) ? W_DISCONNECTED : W_WRONG);
+    }
+    tf__frame_free(r);
+    if (!ok) goto out;
+    Tenferro__Download dl = TENFERRO__DOWNLOAD__INIT;
+    dl.tensor = 1;
+    dl.length = sizeof v;
+    Tenferro__Frame g = TENFERRO__FRAME__INIT;
+    g.body_case = TENFERRO__FRAME__BODY_DOWNLOAD;
+    g.download = &dl;
+    for (uint64_t i = 0; i < RAW_DOWNLOADS; i++)
+        if (raw_send_body(fd, 3 + i, &g) != 0) break;
+    for (uint64_t i = 0; i < RAW_DOWNLOADS && rc == W_COMPLETED; i++) {
+        r = th_raw_recv(fd, 5000);
+        if (!r) {
+            if (!th_raw_closed(fd, 100)) {
+                fprintf(stderr, "[workload] raw download %llu: no answer, connection still open\n",
+                        (unsigned long long)i);
+                rc = W_WRONG;
+            } else {
+                rc = W_DISCONNECTED;
+            }
+        } else if (r->seq == 0 && r->body_case == TENFERRO__FRAME__BODY_RESULT) {
+            rc = W_DISCONNECTED; /* the daemon's last word before it closes the connection */
+        } else if (r->seq != 3 + i || r->body_case != TENFERRO__FRAME__BODY_DOWNLOAD_REPLY) {
+            /* The client library reads pipelined downloads in order (client/transfer.c). */
+            fprintf(stderr, "[workload] raw download %llu: answer %llu of body %d\n",
+                    (unsigned long long)i, (unsigned long long)r->seq, (int)r->body_case);
+            rc = W_WRONG;
+        } else if (r->download_reply->result->status == TF_ERR_NO_MEMORY) {
+            rc = W_NO_MEMORY;
+        } else if (r->download_reply->result->status != TF_OK ||
+                   r->download_reply->data.len != sizeof v ||
+                   memcmp(r->download_reply->data.data, v, sizeof v) != 0) {
+            fprintf(stderr, "[workload] raw download %llu: wrong answer (%s)\n",
+                    (unsigned long long)i, tf_status_name(r->download_reply->result->status));
+            rc = W_WRONG;
+        }
+        tf__frame_free(r);
+    }
+out:
+    close(fd);
+    return rc;
+}
+
+/* The daemon's status on a raw connection of its own: a report, or a typed refusal. */
+static int status_request(workload *w, const char *sock) {
+    th_daemon d;
+    memset(&d, 0, sizeof d);
+    snprintf(d.socket, sizeof d.socket, "%s", sock);
+    w->step = "status request";
+    Tenferro__Frame *r = th_status_report(&d);
+    /* NULL: the daemon answered otherwise (out of memory) or closed the connection; both allowed. */
+    int rc = W_COMPLETED;
+    if (r && (!r->status_reply->result || r->status_reply->result->status != TF_OK ||
+              r->status_reply->n_clients < 2)) {
+        fprintf(stderr, "[workload] status request: a wrong report\n");
+        rc = W_WRONG;
+    }
+    tf__frame_free(r);
+    return rc;
 }
 
 /* The workload's steps after connecting; returns its exit code. */
@@ -159,6 +316,9 @@ static int run_steps(workload *w) {
     STEP(w, tf_upload(w->c, TF_F64, 2, shape_x, w->hx, &w->x));
     w->step = "upload (inline)";
     STEP(w, tf_upload(w->c, TF_F64, 1, shape_y, w->hy, &w->y));
+    th_fill_random(TF_F32, FR * FC, w->hf);
+    w->step = "upload (f32)";
+    STEP(w, tf_upload(w->c, TF_F32, 2, (int64_t[]){FR, FC}, w->hf, &w->f));
 
     w->step = "scoped session";
     STEP(w, tf_with_session(w->c, scoped_ops, w));
@@ -220,6 +380,11 @@ static int run_steps(workload *w) {
         free(want);
         return rc;
     }
+    rc = detached_and_released(w);
+    if (rc != W_COMPLETED) {
+        free(want);
+        return rc;
+    }
 
     /* Blocking downloads of every result, against references computed here. */
     for (size_t i = 0; i < nx; i++) want[i] = 2.0 * w->hx[i];
@@ -242,8 +407,32 @@ static int run_steps(workload *w) {
         rc = download_check(w, "download s", w->s, sums, XN);
     }
     if (rc == W_COMPLETED) rc = download_check(w, "download u", w->u, w->hu, nx);
+    if (rc == W_COMPLETED) {
+        float fsum[FR];
+        for (int i = 0; i < FR; i++) {
+            double acc = 0;
+            for (int j = 0; j < FC; j++) acc += w->hf[i * FC + j];
+            fsum[i] = (float)acc;
+        }
+        void *data = NULL;
+        size_t bytes = 0;
+        w->step = "download fs";
+        tf_status st2 = tf_download(w->c, w->fs, &data, &bytes);
+        if (st2 != TF_OK) {
+            rc = outcome_of(w, st2);
+        } else if (bytes != sizeof fsum || th_max_rel_diff(TF_F32, FR, data, fsum, 1.0) > 1e-6) {
+            fprintf(stderr, "[workload] download fs: wrong values\n");
+            rc = W_WRONG;
+        }
+        free(data);
+    }
     if (rc == W_COMPLETED) rc = download_check(w, "download y", w->y, w->hy, YN);
     free(want);
+    /* A Free frame (nothing is queued). */
+    if (rc == W_COMPLETED) {
+        w->step = "free";
+        STEP(w, tf_tensor_free(w->c, w->y));
+    }
     return rc;
 }
 
@@ -323,6 +512,8 @@ static int workload_main(void *arg) {
     tf_status st = tf_connect(sock, &w.c);
     int rc = st == TF_OK ? run_steps(&w) : outcome_of(&w, st);
     if (rc == W_COMPLETED) rc = second_connection(&w, sock);
+    if (rc == W_COMPLETED) rc = status_request(&w, sock);
+    if (rc == W_COMPLETED) rc = raw_pipelined(&w, sock);
     if (rc == W_NO_MEMORY && after_failure(&w) == W_WRONG) rc = W_WRONG;
     if (rc != W_COMPLETED && rc != W_WRONG)
         fprintf(stderr, "[workload] stopped at %s: %s\n", w.step, tf_client_last_error(w.c));
@@ -336,6 +527,7 @@ static int workload_main(void *arg) {
 typedef struct run_result {
     int workload;        /* W_* */
     int failed;          /* the daemon's log names the failed allocation */
+    char site[512];      /* its stack inside the daemon: offsets for addr2line, innermost first */
     uint64_t counted;    /* allocations counted while armed (from "disarmed: K") */
     char problem[1024];  /* "" when every check passed */
 } run_result;
@@ -469,6 +661,18 @@ static void run_once(uint64_t n, run_result *out) {
         return;
     }
 
+    /*
+     * The workload's process has ended; counting stops once the daemon has
+     * freed its connection, and the checks below must not be counted.
+     */
+    int disarmed = 0;
+    for (double until = now_s() + 5; !disarmed && now_s() < until;) {
+        char *text = th_daemon_log(&d);
+        disarmed = strstr(text, "disarmed: ") != NULL;
+        free(text);
+        if (!disarmed) sleep_ms(2);
+    }
+
     /* The other client's bytes are intact. */
     void *data = NULL;
     size_t bytes = 0;
@@ -494,7 +698,17 @@ static void run_once(uint64_t n, run_result *out) {
     if (getenv("TENFERRO_FAILALLOC_ONLY")) fprintf(stderr, "---- the daemon's log\n%s----\n", log);
     char needle[64];
     snprintf(needle, sizeof needle, "failing allocation #%llu:", (unsigned long long)n);
-    out->failed = n > 0 && strstr(log, needle) != NULL;
+    const char *fail_line = n > 0 ? strstr(log, needle) : NULL;
+    out->failed = fail_line != NULL;
+    /* The daemon's own frames of the failed allocation's stack, for the verbose listing. */
+    for (const char *f = fail_line; f && (f = strstr(f, "tenferrod-failalloc(+0x")) != NULL;) {
+        f += strlen("tenferrod-failalloc(+");
+        size_t used = strlen(out->site), len_f = strcspn(f, ")");
+        if (used + len_f + 2 >= sizeof out->site) break;
+        snprintf(out->site + used, sizeof out->site - used, "%.*s ", (int)len_f, f);
+        const char *eol = strchr(f, '\n');
+        if (!eol || strncmp(eol + 1, "tenferrod-failalloc:", 20) == 0 || !strchr(eol + 1, '(')) break;
+    }
     const char *dis = strstr(log, "disarmed: ");
     if (dis) out->counted = strtoull(dis + strlen("disarmed: "), NULL, 10);
     else if (!p[0]) snprintf(p, len, "the workload's connection was never freed (no \"disarmed\")");
@@ -557,7 +771,9 @@ START_TEST(test_allocation_failure_walk) {
     const int keep_going = env_ulong("TENFERRO_FAILALLOC_KEEP_GOING", 0) != 0;
     uint64_t problems = 0;
     for (uint64_t n = only ? only : 1; n <= (only ? only : k); n += (n < dense ? 1 : stride)) {
+        double started = now_s();
         run_once(n, &r);
+        double took = now_s() - started;
         /* TENFERRO_FAILALLOC_KEEP_GOING=1 lists every failing N instead of stopping at the first. */
         if (r.problem[0] && keep_going) {
             fprintf(stderr, "failalloc: allocation #%llu failing: %s\n", (unsigned long long)n,
@@ -567,6 +783,10 @@ START_TEST(test_allocation_failure_walk) {
             ck_assert_msg(!r.problem[0], "allocation #%llu of %llu failing: %s",
                           (unsigned long long)n, (unsigned long long)k, r.problem);
         }
+        /* TENFERRO_FAILALLOC_VERBOSE=1 lists each N: how the workload ended and where it failed. */
+        if (getenv("TENFERRO_FAILALLOC_VERBOSE"))
+            fprintf(stderr, "failalloc: N=%llu workload=%d %.3f s site=%s\n",
+                    (unsigned long long)n, r.workload, took, r.site);
         walked++;
         fired += r.failed;
         completed += r.workload == W_COMPLETED;
