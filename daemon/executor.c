@@ -357,6 +357,12 @@ tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_
     ex->loop = loop;
     ex->be = be;
     ex->n_workers = workers < 1 ? 1 : workers;
+    /* Before the eventfd's watch exists, so a refusal leaves nothing registered with the loop. */
+    ex->workers = calloc((size_t)ex->n_workers, sizeof(pthread_t));
+    if (!ex->workers) {
+        free(ex);
+        return TF_ERR_NO_MEMORY;
+    }
     pthread_mutex_init(&ex->lock, NULL);
     pthread_cond_init(&ex->wake, NULL);
     pthread_mutex_init(&ex->event_lock, NULL);
@@ -366,13 +372,12 @@ tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_
     if (ex->done_fd < 0 || uv_poll_init(loop, &ex->done_poll, ex->done_fd) != 0) {
         tfd_log(TFD_LOG_ERROR, "cannot watch a completion eventfd: %s", strerror(errno));
         if (ex->done_fd >= 0) close(ex->done_fd);
+        free(ex->workers);
         free(ex);
         return TF_ERR_IO;
     }
     ex->done_poll.data = ex;
     uv_poll_start(&ex->done_poll, UV_READABLE, on_done_ready);
-    ex->workers = calloc((size_t)ex->n_workers, sizeof(pthread_t));
-    if (!ex->workers) return TF_ERR_NO_MEMORY;
     for (int i = 0; i < ex->n_workers; i++) {
         if (pthread_create(&ex->workers[i], NULL, worker_main, ex) != 0) {
             tfd_log(TFD_LOG_ERROR, "cannot start worker thread %d", i);

@@ -514,9 +514,9 @@ static int workload_main(void *arg) {
     if (rc == W_COMPLETED) rc = second_connection(&w, sock);
     if (rc == W_COMPLETED) rc = status_request(&w, sock);
     if (rc == W_COMPLETED) rc = raw_pipelined(&w, sock);
-    if (rc == W_NO_MEMORY && after_failure(&w) == W_WRONG) rc = W_WRONG;
     if (rc != W_COMPLETED && rc != W_WRONG)
         fprintf(stderr, "[workload] stopped at %s: %s\n", w.step, tf_client_last_error(w.c));
+    if (rc == W_NO_MEMORY && after_failure(&w) == W_WRONG) rc = W_WRONG;
     tf_disconnect(w.c);
     return rc;
 }
@@ -744,33 +744,27 @@ START_TEST(test_allocation_failure_walk) {
     run_result r;
     double t0 = now_s();
     run_once(0, &r);
-    double per_run = now_s() - t0;
     ck_assert_msg(!r.problem[0], "dry run (nothing fails): %s", r.problem);
     ck_assert_msg(r.workload == W_COMPLETED, "dry run: the workload ended with %d", r.workload);
     ck_assert_msg(r.counted > 0, "dry run: no allocation was counted");
     const uint64_t k = r.counted;
 
-    /* Every N if the walk fits the budget, else all of the first 200 and a stride beyond. */
+    /*
+     * Every N up to 200; beyond, every N if the rest fits the time budget at
+     * the pace of the runs so far, else a stride (and always N = K itself).
+     */
     const double budget = (double)env_ulong("TENFERRO_FAILALLOC_BUDGET_S", 60);
     uint64_t stride = env_ulong("TENFERRO_FAILALLOC_STRIDE", 0);
+    const int fixed_stride = stride != 0;
+    if (!fixed_stride) stride = 1;
     const uint64_t dense = 200;
-    if (stride == 0) {
-        double affordable = budget / per_run;
-        if ((double)k <= affordable || k <= dense)
-            stride = 1;
-        else if (affordable <= dense + 1)
-            stride = k - dense; /* only the first 200 and the last */
-        else
-            stride = (uint64_t)ceil((double)(k - dense) / (affordable - dense));
-        if (stride < 1) stride = 1;
-    }
-
     uint64_t walked = 0, fired = 0, completed = 0, no_memory = 0, disconnected = 0;
     /* TENFERRO_FAILALLOC_ONLY=N runs that one value and prints the daemon's log. */
     const uint64_t only = env_ulong("TENFERRO_FAILALLOC_ONLY", 0);
     const int keep_going = env_ulong("TENFERRO_FAILALLOC_KEEP_GOING", 0) != 0;
     uint64_t problems = 0;
-    for (uint64_t n = only ? only : 1; n <= (only ? only : k); n += (n < dense ? 1 : stride)) {
+    const double walk_start = now_s();
+    for (uint64_t n = only ? only : 1; n <= (only ? only : k);) {
         double started = now_s();
         run_once(n, &r);
         double took = now_s() - started;
@@ -792,6 +786,18 @@ START_TEST(test_allocation_failure_walk) {
         completed += r.workload == W_COMPLETED;
         no_memory += r.workload == W_NO_MEMORY;
         disconnected += r.workload == W_DISCONNECTED;
+        if (n == dense && !fixed_stride && k > dense) {
+            double pace = (now_s() - walk_start) / (double)walked;
+            double left = budget - (now_s() - t0);
+            double affordable = left > 0 ? left / pace : 0;
+            stride = affordable >= (double)(k - dense)
+                         ? 1
+                         : (uint64_t)ceil((double)(k - dense) / (affordable > 1 ? affordable : 1));
+        }
+        if (n >= dense && n < k && n + stride > k)
+            n = k; /* the last allocation is always walked */
+        else
+            n += n < dense ? 1 : stride;
     }
     fprintf(stderr,
             "failalloc: the workload makes %llu allocations; walked %llu values of N (%s) in "
