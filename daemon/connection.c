@@ -365,11 +365,8 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
     uv_close((uv_handle_t *)&c->pipe, on_pipe_closed);
 }
 
-/* The last item on a closing connection's stream: everything it queued has run. */
-static void on_final_marker(tfd_item *it) {
-    tfd_conn *c = it->done_arg;
-    tfd_item_free(it);
-    c->stream_drained = 1;
+/* A closing connection's stream has run what it queued: a session it held is reclaimed. */
+static void reclaim_session(tfd_conn *c) {
     if (c->session_id) {
         c->srv->counters.sessions_reclaimed++;
         tfd_log(TFD_LOG_INFO, "client %llu went away holding session %llu: reservation released",
@@ -377,6 +374,14 @@ static void on_final_marker(tfd_item *it) {
         c->session_id = 0;
     }
     tfd_admission_release(c);
+}
+
+/* The last item on a closing connection's stream: everything it queued has run. */
+static void on_final_marker(tfd_item *it) {
+    tfd_conn *c = it->done_arg;
+    tfd_item_free(it);
+    c->stream_drained = 1;
+    reclaim_session(c);
     tfd_conn_maybe_free(c);
 }
 
@@ -432,7 +437,8 @@ void tfd_conn_close(tfd_conn *c) {
     } else {
         c->stream_drained = 1;
     }
-    if (c->stream_drained) tfd_admission_release(c);
+    /* No final marker (no stream, or no memory for one): the session goes now. */
+    if (c->stream_drained) reclaim_session(c);
     uv_shutdown_t *req = malloc(sizeof *req);
     if (req) req->data = c;
     if (!req || uv_shutdown(req, (uv_stream_t *)&c->pipe, on_shutdown) != 0) {

@@ -26,7 +26,7 @@
  * every result; a Free; a second short connection (connect, upload,
  * download, disconnect); a status request; a raw connection that sends
  * several downloads before reading (its replies queue behind a full socket);
- * then disconnect. An f32 sum makes a worker thread allocate.
+ * a held session opened and left held; then disconnect. An f32 sum makes a worker thread allocate.
  *
  * A dry run (nothing fails) counts the allocations K the workload makes.
  * Every N from 1 to K is walked when the walk fits the time budget
@@ -514,9 +514,17 @@ static int workload_main(void *arg) {
     if (rc == W_COMPLETED) rc = second_connection(&w, sock);
     if (rc == W_COMPLETED) rc = status_request(&w, sock);
     if (rc == W_COMPLETED) rc = raw_pipelined(&w, sock);
+    /* Last, a held session its owner leaves holding: the daemon reclaims it at the close. */
+    tf_session *held = NULL;
+    if (rc == W_COMPLETED) {
+        w.step = "session open (left held)";
+        tf_status st2 = tf_session_open(w.c, &held);
+        if (st2 != TF_OK) rc = outcome_of(&w, st2);
+    }
     if (rc != W_COMPLETED && rc != W_WRONG)
         fprintf(stderr, "[workload] stopped at %s: %s\n", w.step, tf_client_last_error(w.c));
     if (rc == W_NO_MEMORY && after_failure(&w) == W_WRONG) rc = W_WRONG;
+    (void)held; /* not released: the connection goes with it */
     tf_disconnect(w.c);
     return rc;
 }
@@ -585,6 +593,14 @@ static int off_baseline(const Tenferro__StatusReply *r, char *why, size_t len) {
             snprintf(why, len, "%s is %llu", zero[i], (unsigned long long)v);
             return 1;
         }
+    }
+    uint64_t opened = counter_of(r, "sessions_opened"),
+             ended = counter_of(r, "sessions_closed") + counter_of(r, "sessions_released") +
+                     counter_of(r, "sessions_reclaimed");
+    if (opened != ended) {
+        snprintf(why, len, "%llu sessions opened, %llu closed, released or reclaimed",
+                 (unsigned long long)opened, (unsigned long long)ended);
+        return 1;
     }
     if (created != freed) {
         snprintf(why, len, "%llu tensors created, %llu freed", (unsigned long long)created,
@@ -739,6 +755,8 @@ static unsigned long env_ulong(const char *name, unsigned long def) {
 START_TEST(test_allocation_failure_walk) {
     char daemon[4096];
     snprintf(daemon, sizeof daemon, "%s", failalloc_daemon());
+    /* The failure-injection daemon is built with the CPU backend only. */
+    setenv("TENFERRO_TEST_DEVICE", "cpu", 1);
     ck_assert_msg(access(daemon, X_OK) == 0, "no failure-injection daemon at %s", daemon);
     setenv("TENFERRO_DAEMON", daemon, 1);
     run_result r;
