@@ -521,7 +521,7 @@ static int workload_main(void *arg) {
         tf_status st2 = tf_session_open(w.c, &held);
         if (st2 != TF_OK) rc = outcome_of(&w, st2);
     }
-    if (rc != W_COMPLETED && rc != W_WRONG)
+    if (rc != W_COMPLETED && rc != W_WRONG && getenv("TENFERRO_FAILALLOC_VERBOSE"))
         fprintf(stderr, "[workload] stopped at %s: %s\n", w.step, tf_client_last_error(w.c));
     if (rc == W_NO_MEMORY && after_failure(&w) == W_WRONG) rc = W_WRONG;
     (void)held; /* not released: the connection goes with it */
