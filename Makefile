@@ -2,6 +2,7 @@
 #
 #   make                  daemon, client library (.so/.a), tenferroctl, tests, benchmarks
 #   make check            install missing dependencies, run every suite, then again under ASan/UBSan
+#                         and under ThreadSanitizer (docs/testing.md)
 #   make check-tsan       the unit, integration and load suites under ThreadSanitizer
 #   make demo             start tenferrod on the best device, run the example client, stop
 #   make bench            benchmarks (CPU backend), BENCH lines on stdout
@@ -303,7 +304,8 @@ check: deps
 	$(MAKE) all
 	$(MAKE) test
 	$(MAKE) BUILD=build-san SANITIZE=1 CUDA=0 test
-	@echo "make check: all suites passed (plain and ASan/UBSan)"
+	$(MAKE) check-tsan
+	@echo "make check: all suites passed (plain, ASan/UBSan and TSan)"
 
 demo: deps
 	$(MAKE) all
