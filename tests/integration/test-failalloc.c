@@ -87,7 +87,7 @@ typedef struct workload {
     tf_client *c;
     const char *step; /* what it was doing, for the report */
     tf_tensor x, y, z, m, s, a, b, d, u, f, fs;
-    double hx[XN * XN], hy[XN * XN], hu[XN * XN];
+    double hx[XN * XN], hy[YN], hu[XN * XN];
     float hf[FR * FC];
 } workload;
 
