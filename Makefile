@@ -2,13 +2,14 @@
 #
 #   make                  daemon, client library (.so/.a), tenferroctl, tests, benchmarks
 #   make check            install missing dependencies, run every suite and a short soak, then the
-#                         suites again under ASan/UBSan
+#                         suites again under ASan/UBSan and under ThreadSanitizer (docs/testing.md)
+#   make check-tsan       the unit, integration and load suites under ThreadSanitizer
 #   make soak             the soak: SOAK_SECONDS=N (600) of load with a leak check (docs/soak.md)
 #   make demo             start tenferrod on the best device, run the example client, stop
 #   make bench            benchmarks (CPU backend), BENCH lines on stdout
 #   make install          PREFIX=/usr/local DESTDIR=
 #
-# Knobs: BUILD=dir (output folder), SANITIZE=1 (ASan+UBSan), CUDA=auto|0|1,
+# Knobs: BUILD=dir (output folder), SANITIZE=1 (ASan+UBSan) or thread (TSan), CUDA=auto|0|1,
 #        STATIC_DEPS=1 (link libuv, protobuf-c, Check, inih statically, CUDA runtime statically)
 
 BUILD ?= build
@@ -35,6 +36,12 @@ LDFLAGS :=
 ifeq ($(SANITIZE),1)
   SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   CFLAGS += $(SANFLAGS)
+  LDFLAGS += $(SANFLAGS)
+endif
+# ThreadSanitizer (make check-tsan; docs/testing.md). -O1 keeps the reports' stacks readable.
+ifeq ($(SANITIZE),thread)
+  SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+  CFLAGS += $(SANFLAGS) -O1
   LDFLAGS += $(SANFLAGS)
 endif
 
@@ -100,7 +107,8 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
 GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,$(filter-out bench/gpu/gpu-common.c,$(wildcard bench/gpu/*.c)))
 
 TARGETS := $(BUILD)/tenferrod $(BUILD)/libtenferro-client.a $(BUILD)/tenferroctl \
-           $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BENCHES) $(EXAMPLES) $(BUILD)/tests/load
+           $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BENCHES) $(EXAMPLES) $(BUILD)/tests/load \
+           $(BUILD)/tests/tenferrod-failalloc
 ifneq ($(STATIC_DEPS),1)
   TARGETS += $(BUILD)/libtenferro-client.so
 endif
@@ -111,7 +119,7 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check test test-unit test-integration test-load load soak test-soak test-install test-hostile demo bench install clean build-commit
+.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile demo bench install clean build-commit
 all: $(TARGETS) build-commit
 
 # The commit a build folder was made from, for reports made elsewhere (scripts/gpu-check.sh).
@@ -163,6 +171,29 @@ $(BUILD)/tenferroctl: $(call obj,client/tenferroctl.c client/tenferroctl-format.
 $(BUILD)/examples/%: $(call obj,examples/%.c) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) -lm
+
+# The failure-injection daemon (docs/testing.md): the daemon's objects, CPU backend only (the
+# walk starts it hundreds of times; the CUDA libraries alone take a third of a second to load),
+# with the item pool off (every executor item is an allocation) and the allocation calls wrapped
+# by tests/failalloc/failalloc.c. Test-only: nothing of it is in $(BUILD)/tenferrod.
+FAILALLOC_DAEMON := $(BUILD)/tests/tenferrod-failalloc
+FAILALLOC_WRAP := -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=strdup,--wrap=aligned_alloc \
+                  -Wl,--wrap=posix_memalign,--wrap=free,--wrap=uv_accept
+FAILALLOC_OWN_OBJ := $(BUILD)/obj/failalloc/item-pool.o $(BUILD)/obj/failalloc/registry.o \
+                     $(call obj,tests/failalloc/failalloc.c)
+FAILALLOC_OBJ := $(call obj,daemon/main.c) $(COMMON_OBJ) $(FAILALLOC_OWN_OBJ) \
+                 $(filter-out $(call obj,daemon/item-pool.c daemon/backend/registry.c) \
+                   $(BUILD)/obj/daemon/backend/cuda-%.o $(CUDA_OBJ),$(DAEMON_OBJ))
+$(BUILD)/obj/failalloc/item-pool.o: daemon/item-pool.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DTFD_ITEM_POOL_OFF -c $< -o $@
+$(BUILD)/obj/failalloc/registry.o: daemon/backend/registry.c $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(FAILALLOC_DAEMON): $(FAILALLOC_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) $(FAILALLOC_WRAP) -o $@ $^ $(filter-out $(LIB_CUDA),$(DAEMON_LIBS))
 
 # Unit tests link the daemon's modules directly.
 $(BUILD)/tests/test-%: $(BUILD)/obj/tests/unit/test-%.o $(DAEMON_OBJ) $(COMMON_OBJ)
@@ -254,9 +285,9 @@ deps:
 test-unit: $(UNIT_TESTS)
 	@for t in $(UNIT_TESTS); do echo "== $$t"; $$t || exit 1; done
 
-test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS)
+test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS) $(FAILALLOC_DAEMON)
 	@for t in $(INTEGRATION_TESTS); do echo "== $$t"; \
-	  TENFERRO_DAEMON=$(BUILD)/tenferrod $$t || exit 1; done
+	  TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_FAILALLOC_DAEMON=$(FAILALLOC_DAEMON) $$t || exit 1; done
 	@echo "== $(BUILD)/tests/test-transfers, the daemon polling (transfers through the mailbox)"
 	@TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=2000 $(BUILD)/tests/test-transfers
 
@@ -308,12 +339,39 @@ test-hostile: all
 
 test: test-unit test-integration test-load test-install test-hostile
 
+# ThreadSanitizer: the daemon, the client library and every suite built with -fsanitize=thread
+# (BUILD=build-tsan, CUDA=0), then the unit, integration and bounded load suites run against the
+# TSan daemon (docs/testing.md). A report fails the run twice over: the process that saw the race
+# exits 66 (the harness's daemon stop fails the test), and every report is also written under
+# build-tsan/tsan-reports/, which must stay empty (this catches processes whose exit status
+# nobody checks: a daemon a test kills, a forked client).
+TSAN_SUPP := $(abspath tests/tsan.supp)
+TSAN_REPORTS = $(abspath $(BUILD))/tsan-reports
+check-tsan:
+	$(MAKE) BUILD=build-tsan SANITIZE=thread CUDA=0 test-tsan
+
+test-tsan: $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BUILD)/tenferrod $(BUILD)/tenferroctl $(BUILD)/tests/load \
+           $(FAILALLOC_DAEMON)
+	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
+	@start=$$(date +%s); \
+	TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$(TSAN_REPORTS)/report suppressions=$(TSAN_SUPP)" \
+	  $(MAKE) --no-print-directory test-unit test-integration test-load; rc=$$?; \
+	echo "check-tsan: the suites took $$(( $$(date +%s) - start )) s"; \
+	if [ -n "$$(ls -A $(TSAN_REPORTS))" ]; then \
+	  echo "check-tsan: ThreadSanitizer reports (one file per process, $(TSAN_REPORTS)):"; \
+	  grep -h '^SUMMARY' $(TSAN_REPORTS)/* | sort | uniq -c; \
+	  for f in $(TSAN_REPORTS)/*; do echo "---- $$f"; cat "$$f"; done | head -400; \
+	  exit 1; \
+	fi; \
+	exit $$rc
+
 check: deps
 	$(MAKE) all
 	$(MAKE) test
 	$(MAKE) test-soak
 	$(MAKE) BUILD=build-san SANITIZE=1 CUDA=0 test
-	@echo "make check: all suites passed (plain and ASan/UBSan)"
+	$(MAKE) check-tsan
+	@echo "make check: all suites passed (plain, ASan/UBSan and TSan)"
 
 demo: deps
 	$(MAKE) all
@@ -327,6 +385,6 @@ install: all
 	scripts/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
 clean:
-	rm -rf build build-san build-gpu
+	rm -rf build build-san build-tsan build-gpu
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

@@ -16,41 +16,51 @@ tf_status tf__frame_encode(const Tenferro__Frame *frame, uint64_t max_bytes, uin
     return TF_OK;
 }
 
-Tenferro__Frame *tf__frame_decode(const uint8_t *body, size_t len) {
-    return tenferro__frame__unpack(NULL, len, body);
-}
+/*
+ * protobuf-c allocates a decoded frame through these rather than its own
+ * malloc, so the caller's allocations include the frame's (the failure
+ * injection build wraps them, docs/testing.md), a decode that ran out of
+ * memory can be told from a malformed body, and a bounded decode stops at
+ * its budget. allocator_data, when set, is the decode's state.
+ */
+typedef struct decode_state {
+    uint64_t left; /* bytes the decode may still take; UINT64_MAX unbounded */
+    int out_of_memory, over_budget;
+} decode_state;
 
-/* What a bounded decode has allocated so far. */
-typedef struct decode_budget {
-    uint64_t left;
-    int exceeded;
-} decode_budget;
-
-static void *budget_alloc(void *data, size_t size) {
-    decode_budget *b = data;
-    if (size > b->left) {
-        b->exceeded = 1;
+static void *frame_alloc(void *data, size_t size) {
+    decode_state *d = data;
+    if (d && size > d->left) {
+        d->over_budget = 1;
         return NULL;
     }
-    b->left -= size;
-    return malloc(size);
+    void *p = malloc(size);
+    if (!p && d) d->out_of_memory = 1;
+    if (p && d) d->left -= size;
+    return p;
 }
 
-/* Decoded frames are freed with the default allocator later: the memory is plain malloc's. */
-static void budget_free(void *data, void *ptr) {
+static void frame_release(void *data, void *p) {
     (void)data;
-    free(ptr);
+    free(p);
 }
 
-Tenferro__Frame *tf__frame_decode_bounded(const uint8_t *body, size_t len, uint64_t budget,
-                                          int *over_budget) {
-    decode_budget b = {.left = budget};
-    ProtobufCAllocator a = {.alloc = budget_alloc, .free = budget_free, .allocator_data = &b};
-    Tenferro__Frame *f = tenferro__frame__unpack(&a, len, body);
-    *over_budget = b.exceeded;
-    return f;
+Tenferro__Frame *tf__frame_decode(const uint8_t *body, size_t len) {
+    Tenferro__Frame *frame;
+    return tf__frame_decode_status(body, len, 0, &frame) == TF_OK ? frame : NULL;
+}
+
+tf_status tf__frame_decode_status(const uint8_t *body, size_t len, uint64_t budget,
+                                  Tenferro__Frame **frame) {
+    decode_state d = {.left = budget ? budget : UINT64_MAX};
+    ProtobufCAllocator allocator = {frame_alloc, frame_release, &d};
+    *frame = tenferro__frame__unpack(&allocator, len, body);
+    if (*frame) return TF_OK;
+    if (d.out_of_memory) return TF_ERR_NO_MEMORY;
+    return d.over_budget ? TF_ERR_QUOTA : TF_ERR_PROTOCOL;
 }
 
 void tf__frame_free(Tenferro__Frame *frame) {
-    if (frame) tenferro__frame__free_unpacked(frame, NULL);
+    ProtobufCAllocator allocator = {frame_alloc, frame_release, NULL};
+    if (frame) tenferro__frame__free_unpacked(frame, &allocator);
 }

@@ -56,12 +56,14 @@ tf_status tf__frame_encode(const Tenferro__Frame *frame, uint64_t max_bytes, uin
 Tenferro__Frame *tf__frame_decode(const uint8_t *body, size_t len);
 
 /*
- * Decodes a frame body whose decoded form may take at most `budget` bytes
- * of memory; NULL when it does not decode or needs more (*over_budget is
- * then set). Thread-safe: the daemon decodes large frames off its loop.
+ * Decodes a frame body into *frame: TF_OK; TF_ERR_PROTOCOL when the body is
+ * malformed; TF_ERR_NO_MEMORY when an allocation failed (the body may be
+ * fine); TF_ERR_QUOTA when its decoded messages would take more than
+ * `budget` bytes (0: no bound). *frame is NULL unless TF_OK. Thread-safe:
+ * the daemon decodes large frames off its loop.
  */
-Tenferro__Frame *tf__frame_decode_bounded(const uint8_t *body, size_t len, uint64_t budget,
-                                          int *over_budget);
+tf_status tf__frame_decode_status(const uint8_t *body, size_t len, uint64_t budget,
+                                  Tenferro__Frame **frame);
 
 void tf__frame_free(Tenferro__Frame *frame);
 

@@ -25,15 +25,13 @@ _Static_assert((int)TF__OP_FREE == TENFERRO__OP_KIND__OP_FREE, "op kinds match t
 _Static_assert((int)TF__OP_TEST_FAULT == TENFERRO__OP_KIND__OP_TEST_FAULT, "op kinds match the proto");
 _Static_assert((int)TF__OP_CONTRACT == TENFERRO__OP_KIND__OP_CONTRACT, "op kinds match the proto");
 
-void tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec) {
+tf_status tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec) {
     tfd_item *it = tfd_item_new(TFD_ITEM_FREE);
-    if (!it) {
-        /* Last resort: the stream may still read it, so leak rather than free early. */
-        return;
-    }
+    if (!it) return TF_ERR_NO_MEMORY;
     it->u.free.ptr = rec->data;
     it->u.free.bytes = rec->bytes;
     tfd_stream_enqueue(c->stream, it, it, 1);
+    return TF_OK;
 }
 
 tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, int input,
@@ -85,23 +83,42 @@ static void chain_push(chain *ch, tfd_item *it) {
     ch->count++;
 }
 
-/* Validates and prepares a FREE operation: every named tensor must exist and be in no transfer. */
+/*
+ * Validates and prepares a FREE operation: every named tensor must exist and
+ * be in no transfer. Its items are made before any tensor leaves the table,
+ * so an operation refused for want of memory frees nothing.
+ */
 static tf_status prepare_free(tfd_conn *c, const Tenferro__Op *op, chain *ch, char *msg, size_t len) {
     tf_status st;
     for (size_t i = 0; i < op->n_inputs; i++)
         if (!tfd_usable_tensor(c, op->inputs[i], "free", -1, &st, msg, len)) return st;
+    chain mine = {0};
     for (size_t i = 0; i < op->n_inputs; i++) {
-        tfd_tensor rec;
-        if (tfd_tensor_table_remove(&c->tensors, op->inputs[i], &rec) != 0) continue; /* named twice */
         tfd_item *it = tfd_item_new(TFD_ITEM_FREE);
         if (!it) {
+            while (mine.first) {
+                tfd_item *next = mine.first->next;
+                tfd_item_free(mine.first);
+                mine.first = next;
+            }
             snprintf(msg, len, "out of host memory");
             return TF_ERR_NO_MEMORY;
         }
-        it->u.free.ptr = rec.data;
-        it->u.free.bytes = rec.bytes;
-        chain_push(ch, it);
-        c->srv->counters.tensors_freed++;
+        chain_push(&mine, it);
+    }
+    tfd_item *it = mine.first;
+    for (size_t i = 0; i < op->n_inputs; i++) {
+        tfd_item *next = it->next;
+        tfd_tensor rec;
+        if (tfd_tensor_table_remove(&c->tensors, op->inputs[i], &rec) != 0) { /* named twice */
+            tfd_item_free(it);
+        } else {
+            it->u.free.ptr = rec.data;
+            it->u.free.bytes = rec.bytes;
+            chain_push(ch, it);
+            c->srv->counters.tensors_freed++;
+        }
+        it = next;
     }
     return TF_OK;
 }

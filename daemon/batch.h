@@ -52,7 +52,14 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns);
 tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, int input,
                               tf_status *status, char *msg, size_t msg_len);
 
-/* Enqueues a FREE item for a tensor already removed from the table. */
-void tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec);
+/*
+ * Enqueues a FREE item for a tensor's device memory, behind everything queued
+ * on the stream; the caller then removes the record from the table. Returns
+ * TF_ERR_NO_MEMORY when no item can be made: nothing changed, the caller keeps
+ * the record, and the connection's final free (tfd_conn_maybe_free) releases
+ * it once its stream is idle, so memory a queued item may read is never freed
+ * early and never lost.
+ */
+tf_status tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec);
 
 #endif

@@ -76,7 +76,8 @@ static void write_bytes(tfd_conn *c, uint8_t *bytes, size_t len, size_t done) {
     out_frame *f = calloc(1, sizeof *f);
     if (!f) {
         free(bytes);
-        if (done > 0) tfd_conn_close(c); /* half a frame is out: the stream cannot recover */
+        /* The reply is lost (or half of it is out): the client would wait for it forever. */
+        tfd_conn_close(c);
         return;
     }
     f->bytes = bytes;
@@ -306,6 +307,25 @@ void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) {
     tfd_conn_close(c);
 }
 
+/*
+ * The daemon ran out of host memory for this connection's input: its
+ * requests cannot be read, so it is told why (TF_ERR_NO_MEMORY, not a
+ * protocol error: the client did nothing wrong) and closed.
+ */
+static void fail_out_of_memory(tfd_conn *c, const char *what) {
+    tfd_log(TFD_LOG_ERROR, "client %llu (pid %d, %s): out of memory %s; closing this connection",
+            (unsigned long long)c->client_id, (int)c->pid, c->name, what);
+    tfd_conn_reply(c, 0, TF_ERR_NO_MEMORY, "tenferrod is out of memory %s; the connection is closed",
+                   what);
+    tfd_conn_close(c);
+}
+
+/* Table walker of the final free: one tensor left behind by the close, freed at once. */
+static void free_left(tfd_tensor *rec, void *arg) {
+    tfd_conn *c = arg;
+    tfd_stream_free_now(c->stream, rec->data, rec->bytes);
+}
+
 /* Unlinks and frees the connection once nothing can refer to it any more. */
 void tfd_conn_maybe_free(tfd_conn *c) {
     if (!c->pipe_closed || !c->stream_drained || c->transfers_in_flight || c->buffer_creations ||
@@ -320,6 +340,9 @@ void tfd_conn_maybe_free(tfd_conn *c) {
     srv->n_conns--;
     srv->counters.connections_closed++;
     tfd_notify_clients(srv->n_conns);
+    /* Tensors the close found no memory to queue a free for go now that the stream is idle. */
+    tfd_tensor_table_each(&c->tensors, free_left, c);
+    srv->counters.tensors_freed += c->tensors.count;
     tfd_stream_destroy(c->stream);
     tfd_tensor_table_destroy(&c->tensors);
     tfd_conn_buffers_release(c, 1);
@@ -346,11 +369,8 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
     uv_close((uv_handle_t *)&c->pipe, on_pipe_closed);
 }
 
-/* The last item on a closing connection's stream: everything it queued has run. */
-static void on_final_marker(tfd_item *it) {
-    tfd_conn *c = it->done_arg;
-    tfd_item_free(it);
-    c->stream_drained = 1;
+/* A closing connection's stream has run what it queued: a session it held is reclaimed. */
+static void reclaim_session(tfd_conn *c) {
     if (c->session_id) {
         c->srv->counters.sessions_reclaimed++;
         tfd_log(TFD_LOG_INFO, "client %llu went away holding session %llu: reservation released",
@@ -358,6 +378,14 @@ static void on_final_marker(tfd_item *it) {
         c->session_id = 0;
     }
     tfd_admission_release(c);
+}
+
+/* The last item on a closing connection's stream: everything it queued has run. */
+static void on_final_marker(tfd_item *it) {
+    tfd_conn *c = it->done_arg;
+    tfd_item_free(it);
+    c->stream_drained = 1;
+    reclaim_session(c);
     tfd_conn_maybe_free(c);
 }
 
@@ -367,9 +395,6 @@ static void stop_hello_timer(tfd_conn *c) {
     uv_close((uv_handle_t *)c->hello_timer, (uv_close_cb)free);
     c->hello_timer = NULL;
 }
-
-/* Table walker: frees one tensor's device memory on the stream. */
-static void free_one(tfd_tensor *rec, void *arg) { tfd_free_tensor_storage(arg, rec); }
 
 /* Worker-side table walker: frees one tensor's device memory. */
 static void free_on_worker(tfd_tensor *rec, void *arg) { tfd_stream_free_memory(arg, rec->data, rec->bytes); }
@@ -386,18 +411,17 @@ static void free_table_on_worker(tfd_stream *s, void *arg) {
  * Hands the connection's whole tensor table to its stream, which frees every
  * tensor after the work queued before: one item, however many tensors, so a
  * client leaving with a million tensors does not hold the loop. Without
- * memory for that, one FREE item per tensor.
+ * memory for that item the tensors stay in the table, and
+ * tfd_conn_maybe_free frees them once the stream is idle.
  */
 static void free_tensors(tfd_conn *c) {
-    c->srv->counters.tensors_freed += c->tensors.count;
     tfd_tensor_table *moved = malloc(sizeof *moved);
     tfd_item *it = moved ? tfd_item_new(TFD_ITEM_CALL) : NULL;
     if (!it) {
         free(moved);
-        tfd_tensor_table_each(&c->tensors, free_one, c);
-        tfd_tensor_table_destroy(&c->tensors);
         return;
     }
+    c->srv->counters.tensors_freed += c->tensors.count;
     *moved = c->tensors;
     tfd_tensor_table_init(&c->tensors);
     it->u.call.fn = free_table_on_worker;
@@ -427,7 +451,8 @@ void tfd_conn_close(tfd_conn *c) {
     } else {
         c->stream_drained = 1;
     }
-    if (c->stream_drained) tfd_admission_release(c);
+    /* No final marker (no stream, or no memory for one): the session goes now. */
+    if (c->stream_drained) reclaim_session(c);
     uv_shutdown_t *req = malloc(sizeof *req);
     if (req) req->data = c;
     if (!req || uv_shutdown(req, (uv_stream_t *)&c->pipe, on_shutdown) != 0) {
@@ -486,7 +511,7 @@ static void refuse_input(tfd_conn *c, tf_status st, const char *msg) {
         tfd_conn_close(c);
         return;
     }
-    tfd_conn_fail(c, "%s", msg);
+    fail_out_of_memory(c, "reading a frame");
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -511,6 +536,18 @@ static void dispatch_decoded(tfd_conn *c, Tenferro__Frame *frame) {
     if (!had_hello && c->hello_done) stop_hello_timer(c);
 }
 
+/* Ends the connection over a frame that did not decode, saying why (memory, budget, or malformed). */
+static void decode_failed(tfd_conn *c, tf_status st, uint32_t len) {
+    if (st == TF_ERR_NO_MEMORY)
+        fail_out_of_memory(c, "decoding a frame");
+    else if (st == TF_ERR_QUOTA)
+        tfd_conn_fail(c, "a frame of %u bytes decodes into more than %llu bytes of messages: send "
+                         "at most %d operations per Submit",
+                      len, (unsigned long long)TF__DECODE_BUDGET(len), TF__MAX_OPS_PER_SUBMIT);
+    else
+        tfd_conn_fail(c, "a frame body of %u bytes does not decode as tenferro.Frame", len);
+}
+
 /* A large frame being decoded on the thread pool; the connection is paused meanwhile. */
 typedef struct offloop_decode {
     uv_work_t work;
@@ -518,12 +555,12 @@ typedef struct offloop_decode {
     const uint8_t *body; /* inside conn->rbuf, which nothing moves while the connection is paused */
     uint32_t len;
     Tenferro__Frame *frame;
-    int over_budget;
+    tf_status status;
 } offloop_decode;
 
 static void decode_work(uv_work_t *w) {
     offloop_decode *d = (offloop_decode *)w;
-    d->frame = tf__frame_decode_bounded(d->body, d->len, TF__DECODE_BUDGET(d->len), &d->over_budget);
+    d->status = tf__frame_decode_status(d->body, d->len, TF__DECODE_BUDGET(d->len), &d->frame);
 }
 
 static void serve_input(tfd_conn *c);
@@ -535,7 +572,7 @@ static void decode_done(uv_work_t *w, int status) {
     tfd_conn *c = d->conn;
     Tenferro__Frame *frame = d->frame;
     uint32_t len = d->len;
-    int over = d->over_budget;
+    tf_status st = d->status;
     free(d);
     c->decodes--;
     if (c->closing) {
@@ -545,13 +582,8 @@ static void decode_done(uv_work_t *w, int status) {
     }
     c->rstart += TF__FRAME_HEADER_BYTES + (size_t)len;
     c->rlen -= TF__FRAME_HEADER_BYTES + (size_t)len;
-    if (!frame) {
-        if (over)
-            tfd_conn_fail(c, "a frame of %u bytes decodes into more than %llu bytes of messages: "
-                             "send at most %d operations per Submit",
-                          len, (unsigned long long)TF__DECODE_BUDGET(len), TF__MAX_OPS_PER_SUBMIT);
-        else
-            tfd_conn_fail(c, "a frame body of %u bytes does not decode as tenferro.Frame", len);
+    if (st != TF_OK) {
+        decode_failed(c, st, len);
         return;
     }
     dispatch_decoded(c, frame);
@@ -610,11 +642,13 @@ static void parse_frames(tfd_conn *c) {
             if (tfd_conn_continue_later(c, continue_input, NULL) == 0) return;
         }
         if (len >= OFFLOOP_DECODE_BYTES && decode_off_loop(c, len)) return;
-        Tenferro__Frame *frame = tf__frame_decode(c->rbuf + c->rstart + TF__FRAME_HEADER_BYTES, len);
+        Tenferro__Frame *frame;
+        tf_status st = tf__frame_decode_status(c->rbuf + c->rstart + TF__FRAME_HEADER_BYTES, len,
+                                               TF__DECODE_BUDGET(len), &frame);
         c->rstart += total;
         c->rlen -= total;
-        if (!frame) {
-            tfd_conn_fail(c, "a frame body of %u bytes does not decode as tenferro.Frame", len);
+        if (st != TF_OK) {
+            decode_failed(c, st, len);
             return;
         }
         dispatch_decoded(c, frame);
@@ -768,9 +802,43 @@ static void start_hello_timer(tfd_conn *c) {
     uv_timer_start(c->hello_timer, on_hello_deadline, ms, 0);
 }
 
+/*
+ * A client the daemon has no memory for is still accepted, into this one
+ * spare handle, and closed at once (it sees the connection end): libuv
+ * watches the listener again only after uv_accept, so a client left
+ * unaccepted would stop every later connection too. One that arrives while
+ * the spare is still closing is taken when it is free.
+ */
+static uv_pipe_t spare_pipe;
+static int spare_state; /* 0 free, 1 closing, 2 closing and a connection waits */
+
+static void on_spare_closed(uv_handle_t *h) {
+    tfd_server *srv = h->data;
+    int waiting = spare_state == 2;
+    spare_state = 0;
+    if (waiting && !srv->stopping) tfd_conn_accept(srv);
+}
+
+/* Accepts the waiting connection into the spare handle and closes it. */
+static void refuse_unaccepted(tfd_server *srv) {
+    if (spare_state) {
+        spare_state = 2;
+        return;
+    }
+    tfd_log(TFD_LOG_ERROR, "out of memory accepting a client: its connection is closed");
+    uv_pipe_init(srv->loop, &spare_pipe, 0);
+    spare_pipe.data = srv;
+    spare_state = 1;
+    (void)uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&spare_pipe);
+    uv_close((uv_handle_t *)&spare_pipe, on_spare_closed);
+}
+
 void tfd_conn_accept(tfd_server *srv) {
     tfd_conn *c = calloc(1, sizeof *c);
-    if (!c) return;
+    if (!c) {
+        refuse_unaccepted(srv);
+        return;
+    }
     c->srv = srv;
     uv_pipe_init(srv->loop, &c->pipe, 0);
     if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->pipe) != 0) {

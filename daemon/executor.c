@@ -125,7 +125,16 @@ static void on_done_ready(uv_poll_t *h, int status, int events) {
     }
 }
 
-void tfd_executor_set_busy_poll(tfd_executor *ex, tfd_busy_poll *bp) { ex->busy_poll = bp; }
+/*
+ * The completion thread is already running and reads the window under
+ * event_lock, so the pointer is set under it too (the loop thread, which
+ * also reads it, is the one setting it).
+ */
+void tfd_executor_set_busy_poll(tfd_executor *ex, tfd_busy_poll *bp) {
+    pthread_mutex_lock(&ex->event_lock);
+    ex->busy_poll = bp;
+    pthread_mutex_unlock(&ex->event_lock);
+}
 
 /*
  * Completion thread, with ex->event_lock held: returns once an item is queued
@@ -134,10 +143,11 @@ void tfd_executor_set_busy_poll(tfd_executor *ex, tfd_busy_poll *bp) { ex->busy_
  */
 static void await_event_locked(tfd_executor *ex) {
     while (!ex->event_head && !ex->event_stopping) {
-        if (ex->busy_poll && tfd_busy_poll_active(ex->busy_poll)) {
+        tfd_busy_poll *bp = ex->busy_poll; /* read under the lock, used outside it */
+        if (bp && tfd_busy_poll_active(bp)) {
             pthread_mutex_unlock(&ex->event_lock);
             while (!atomic_load_explicit(&ex->events_queued, memory_order_relaxed) &&
-                   tfd_busy_poll_active(ex->busy_poll))
+                   tfd_busy_poll_active(bp))
                 tf__cpu_relax();
             pthread_mutex_lock(&ex->event_lock);
             continue;
@@ -399,6 +409,12 @@ tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_
     ex->loop = loop;
     ex->be = be;
     ex->n_workers = workers < 1 ? 1 : workers;
+    /* Before the eventfd's watch exists, so a refusal leaves nothing registered with the loop. */
+    ex->workers = calloc((size_t)ex->n_workers, sizeof(pthread_t));
+    if (!ex->workers) {
+        free(ex);
+        return TF_ERR_NO_MEMORY;
+    }
     pthread_mutex_init(&ex->lock, NULL);
     pthread_cond_init(&ex->wake, NULL);
     pthread_mutex_init(&ex->event_lock, NULL);
@@ -408,13 +424,12 @@ tf_status tfd_executor_start(uv_loop_t *loop, tfd_backend *be, int workers, tfd_
     if (ex->done_fd < 0 || uv_poll_init(loop, &ex->done_poll, ex->done_fd) != 0) {
         tfd_log(TFD_LOG_ERROR, "cannot watch a completion eventfd: %s", strerror(errno));
         if (ex->done_fd >= 0) close(ex->done_fd);
+        free(ex->workers);
         free(ex);
         return TF_ERR_IO;
     }
     ex->done_poll.data = ex;
     uv_poll_start(&ex->done_poll, UV_READABLE, on_done_ready);
-    ex->workers = calloc((size_t)ex->n_workers, sizeof(pthread_t));
-    if (!ex->workers) return TF_ERR_NO_MEMORY;
     for (int i = 0; i < ex->n_workers; i++) {
         if (pthread_create(&ex->workers[i], NULL, worker_main, ex) != 0) {
             tfd_log(TFD_LOG_ERROR, "cannot start worker thread %d", i);
@@ -476,6 +491,19 @@ tf_status tfd_stream_create(tfd_executor *ex, int priority, tfd_stream **out, ch
     return TF_OK;
 }
 
+/* Waits until no worker holds the stream (it is neither queued to run nor being served). */
+static void wait_unheld(tfd_stream *s) {
+    pthread_mutex_lock(&s->lock);
+    while (s->scheduled) pthread_cond_wait(&s->idle, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void tfd_stream_free_now(tfd_stream *s, void *ptr, size_t bytes) {
+    wait_unheld(s);
+    s->ex->be->vt->free(s->ex->be, s->native, ptr, bytes);
+    tfd_executor_note_free(s->ex, bytes);
+}
+
 void tfd_stream_destroy(tfd_stream *s) {
     if (!s) return;
     /*
@@ -483,9 +511,7 @@ void tfd_stream_destroy(tfd_stream *s) {
      * executed the marker has finished its bookkeeping on the stream; wait for
      * it to let go (no device work is left, only that tail) before freeing.
      */
-    pthread_mutex_lock(&s->lock);
-    while (s->scheduled) pthread_cond_wait(&s->idle, &s->lock);
-    pthread_mutex_unlock(&s->lock);
+    wait_unheld(s);
     s->ex->be->vt->stream_destroy(s->ex->be, s->native);
     pthread_cond_destroy(&s->idle);
     pthread_mutex_destroy(&s->lock);

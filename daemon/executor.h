@@ -137,6 +137,15 @@ tf_status tfd_stream_create(tfd_executor *ex, int priority, tfd_stream **out, ch
 /* Destroys an idle stream (the caller has waited for its last marker). */
 void tfd_stream_destroy(tfd_stream *s);
 
+/*
+ * Frees device memory of a stream whose owner is gone at once, without a
+ * FREE item (the connection's final free, for what no item could be made
+ * for): waits until no worker holds the stream, so nothing queued still reads
+ * it; an asynchronous backend's free is ordered on the stream. Counted like
+ * an executed FREE.
+ */
+void tfd_stream_free_now(tfd_stream *s, void *ptr, size_t bytes);
+
 /* The backend's native stream behind a logical stream (for allocation). */
 void *tfd_stream_native(tfd_stream *s);
 

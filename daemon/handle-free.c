@@ -2,7 +2,9 @@
  * Free: releases tensors outside any batch. The device memory is freed on the
  * stream, after every item queued before it, so work still in flight keeps
  * reading valid memory. No reply: a handle that is not live is only counted,
- * and a tensor in a pending transfer is kept (the client refuses that first).
+ * and a tensor in a pending transfer is kept (the client refuses that first),
+ * as is one the daemon has no memory to queue the free of (it goes with the
+ * connection).
  */
 #include "daemon/batch.h"
 #include "daemon/conn.h"
@@ -19,13 +21,19 @@ void tfd_handle_free(tfd_conn *c, Tenferro__Frame *frame) {
                     (unsigned long long)c->client_id, (unsigned long long)fr->tensors[i]);
             continue;
         }
-        tfd_tensor rec;
-        if (tfd_tensor_table_remove(&c->tensors, fr->tensors[i], &rec) != 0) {
+        if (!t) {
             tfd_log(TFD_LOG_DEBUG, "client %llu freed tensor %llu, which is not live",
                     (unsigned long long)c->client_id, (unsigned long long)fr->tensors[i]);
             continue;
         }
-        tfd_free_tensor_storage(c, &rec);
+        if (tfd_free_tensor_storage(c, t) != TF_OK) {
+            tfd_log(TFD_LOG_ERROR,
+                    "client %llu: out of memory freeing tensor %llu: kept until the connection "
+                    "closes",
+                    (unsigned long long)c->client_id, (unsigned long long)fr->tensors[i]);
+            continue;
+        }
+        tfd_tensor_table_remove(&c->tensors, fr->tensors[i], NULL);
         c->srv->counters.tensors_freed++;
     }
     tf__frame_free(frame);

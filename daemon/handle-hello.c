@@ -54,8 +54,9 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         return;
     }
     c->priority = tfd_access_priority(&srv->opt, c->uid, c->gid);
-    if (tfd_stream_create(srv->ex, c->priority, &c->stream, msg, sizeof msg) != TF_OK) {
-        tfd_conn_reply(c, seq, TF_ERR_DEVICE, "%s", msg);
+    tf_status made = tfd_stream_create(srv->ex, c->priority, &c->stream, msg, sizeof msg);
+    if (made != TF_OK) {
+        tfd_conn_reply(c, seq, made == TF_ERR_NO_MEMORY ? made : TF_ERR_DEVICE, "%s", msg);
         tfd_conn_close(c);
         return;
     }

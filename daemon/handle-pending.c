@@ -139,9 +139,9 @@ static void free_released(tfd_conn *c, const tfd_transfer *tr) {
     tfd_pinned *b = tfd_pinned_table_find(&c->buffers, tr->buffer);
     if (b && !b->in_flight) tfd_conn_buffer_drop(c, tr->buffer);
     tfd_tensor *t = tfd_tensor_table_find(&c->tensors, tr->tensor);
-    tfd_tensor rec;
-    if (t && !t->in_flight && tfd_tensor_table_remove(&c->tensors, tr->tensor, &rec) == 0) {
-        tfd_free_tensor_storage(c, &rec);
+    /* Without memory for its free the tensor stays until the connection goes. */
+    if (t && !t->in_flight && tfd_free_tensor_storage(c, t) == TF_OK) {
+        tfd_tensor_table_remove(&c->tensors, tr->tensor, NULL);
         c->srv->counters.tensors_freed++;
     }
 }

@@ -50,7 +50,9 @@ static tf_status create_tensor(tfd_conn *c, const Tenferro__Upload *up, char *ms
     if (st == TF_OK) st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
     if (st != TF_OK) return st;
     if (tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
-        tfd_free_tensor_storage(c, &rec);
+        /* No item has seen the new memory: it goes at once, needing no FREE item. */
+        c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data, rec.bytes);
+        tfd_executor_note_free(c->srv->ex, rec.bytes);
         snprintf(msg, len, "out of host memory");
         return TF_ERR_NO_MEMORY;
     }
@@ -98,7 +100,10 @@ void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
         tfd_conn_reply(c, seq, TF_OK, NULL);
 }
 
-/* Sends the bytes a READ item copied out, or the failure the stream reported. */
+/*
+ * Sends the bytes a READ item copied out, or the failure the stream reported,
+ * or (no host buffer: none could be allocated) TF_ERR_NO_MEMORY, in its turn.
+ */
 static void on_read_done(tfd_item *it) {
     tfd_conn *c = it->done_arg;
     if (!c->closing) {
@@ -107,8 +112,12 @@ static void on_read_done(tfd_item *it) {
         Tenferro__Result result = TENFERRO__RESULT__INIT;
         result.status = (uint32_t)it->outcome.status;
         result.message = it->outcome.message;
+        if (!it->u.copy.host && it->outcome.status == TF_OK) {
+            result.status = TF_ERR_NO_MEMORY;
+            result.message = "out of host memory for the read";
+        }
         reply.result = &result;
-        if (it->outcome.status == TF_OK) {
+        if (result.status == TF_OK) {
             reply.data.data = it->u.copy.host;
             reply.data.len = it->u.copy.bytes;
             c->srv->counters.bytes_downloaded += it->u.copy.bytes;
@@ -173,18 +182,25 @@ void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
                         (unsigned long long)TF__FRAME_HEADROOM);
         return;
     }
+    /*
+     * Earlier downloads may still be on the stream: a refusal for want of
+     * memory goes in its turn (an item that copies nothing and answers
+     * TF_ERR_NO_MEMORY), never ahead of their replies; without even an item,
+     * the connection ends with that status.
+     */
     tfd_item *it = tfd_item_new(TFD_ITEM_READ);
-    void *host = malloc(length ? length : 1);
-    if (!it || !host || tfd_unwritten_settle(c, t, why, sizeof why) != TF_OK) {
+    /* What the client never wrote reads as zeros: the fill goes on the stream before the read. */
+    if (!it || tfd_unwritten_settle(c, t, why, sizeof why) != TF_OK) {
         tfd_item_free(it);
-        free(host);
-        refuse_download(c, seq, TF_ERR_NO_MEMORY, "out of host memory for a %llu-byte read",
-                        (unsigned long long)length);
+        tfd_conn_reply(c, 0, TF_ERR_NO_MEMORY,
+                       "tenferrod is out of memory for a download; the connection is closed");
+        tfd_conn_close(c);
         return;
     }
+    void *host = malloc(length ? length : 1);
     it->u.copy.device = (uint8_t *)t->data + offset;
     it->u.copy.host = host;
-    it->u.copy.bytes = length;
+    it->u.copy.bytes = host ? length : 0;
     it->done = on_read_done;
     it->done_arg = c;
     it->tag = seq;

@@ -8,7 +8,9 @@
  * its own (an atomic exchange, so there is no ABA problem) and reuses them.
  * At most POOL_MAX items wait in the stack; beyond that they are freed.
  * Under AddressSanitizer the pool is off (POOL_MAX 0), so a use of an item
- * after it was let go is still caught there.
+ * after it was let go is still caught there; the failure-injection build
+ * turns it off too (TFD_ITEM_POOL_OFF), so every item is an allocation it
+ * can fail.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -18,7 +20,7 @@
 #include "daemon/executor.h"
 
 /* Items kept for reuse at most (about 1 KiB each). */
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(TFD_ITEM_POOL_OFF)
 #define POOL_MAX 0
 #else
 #define POOL_MAX 8192

@@ -5,15 +5,19 @@
  * escaped, so no input can start a forged line or send a terminal sequence.
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "common/sanitize.h"
 #include "daemon/log.h"
 
-static tfd_log_level current_level = TFD_LOG_INFO;
+/* Set by the loop thread (start, SIGHUP), read by every thread that logs (CUDA workers too). */
+static atomic_int current_level = TFD_LOG_INFO;
 
-void tfd_log_set_level(tfd_log_level level) { current_level = level; }
+void tfd_log_set_level(tfd_log_level level) {
+    atomic_store_explicit(&current_level, (int)level, memory_order_relaxed);
+}
 
 int tfd_log_parse_level(const char *name) {
     static const char *const names[] = {"error", "warn", "info", "debug"};
@@ -25,7 +29,7 @@ int tfd_log_parse_level(const char *name) {
 void tfd_log(tfd_log_level level, const char *fmt, ...) {
     static const int priorities[] = {3, 4, 6, 7};
     static const char *const words[] = {"error", "warn", "info", "debug"};
-    if (level > current_level) return;
+    if ((int)level > atomic_load_explicit(&current_level, memory_order_relaxed)) return;
     char line[1024];
     va_list ap;
     va_start(ap, fmt);

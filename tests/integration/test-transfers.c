@@ -890,6 +890,15 @@ START_TEST(test_is_ready_makes_no_system_call) {
     tf_pinned_buffer *b = new_buffer(c, sizeof x);
     tf_pending *p = NULL;
     OK(c, tf_download_pending(c, t, b, &p));
+#if defined(__SANITIZE_THREAD__)
+    /*
+     * ThreadSanitizer starts a thread of its own in a forked child, so the
+     * child's exit (SYS_exit ends one thread; exit_group is not allowed under
+     * strict seccomp) would leave the process running: only the plain builds
+     * check the system calls.
+     */
+    fprintf(stderr, "is_ready: the seccomp check is skipped under ThreadSanitizer\n");
+#else
     int fds[2];
     ck_assert_int_eq(pipe(fds), 0);
     fflush(NULL);
@@ -910,6 +919,7 @@ START_TEST(test_is_ready_makes_no_system_call) {
     ck_assert_int_eq(read(fds[0], &ready, sizeof ready), sizeof ready);
     close(fds[0]);
     ck_assert_int_ge(ready, 0);
+#endif
 
     uint64_t t0 = now_ns();
     long here = poll_ready(p);
