@@ -107,9 +107,22 @@ static void check_numbers(const char *value, const tfd_principal *list, int n) {
     }
 }
 
+/* 1 for the settings whose value is a size or a count (config.c's parse_size). */
+static int is_size(const char *section, const char *key) {
+    static const char *const keys[] = {"workers", "max_frame_bytes", "max_pinned_bytes",
+                                       "max_clients", "busy_poll_us", "wait_deadline_ms"};
+    if (strncmp(section, "quota.", 6) == 0) return 1;
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+        if (strcmp(key, keys[i]) == 0) return 1;
+    return 0;
+}
+
 /* After a setting was accepted, the setting-specific promises. */
 static void check_setting(const tfd_options *o, const char *section, const char *key,
                           const char *value) {
+    /* No size or count is negative: a minus sign must be refused, not wrapped around. */
+    if (is_size(section, key) && strchr(value, '-'))
+        fail("[%s] %s accepted the negative \"%s\"", section, key, value);
     if (strcmp(section, "access") == 0 && strcmp(key, "admin_users") == 0)
         check_numbers(value, o->admins, o->n_admins);
     if (strcmp(section, "access") == 0 &&
