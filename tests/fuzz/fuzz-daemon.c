@@ -37,6 +37,13 @@ static int baseline_fds = -1;
 static int baseline_handles;
 /* Clients whose socket is open, drained whenever the loop runs. */
 static fz_client *clients[MAX_CLIENTS];
+/* The options every input starts from, and the credentials its connections present. */
+static tfd_options harness_options;
+static int peer_override;
+static uid_t peer_uid;
+static gid_t peer_gid;
+/* What a slow reader takes per turn of the loop. */
+#define SLOW_READ_BYTES 512
 
 void fz_fail(const char *fmt, ...) {
     va_list ap;
@@ -52,7 +59,15 @@ tfd_server *fz_server(void) { return &server; }
 
 void fz_begin(void) {
     if (server.conns) fz_fail("an input began while connections of the last one remain");
+    server.opt = harness_options;
     server.next_client_id = server.next_session_id = server.next_batch_id = 0;
+    peer_override = 0;
+}
+
+void fz_peer_credentials(uid_t uid, gid_t gid) {
+    peer_override = 1;
+    peer_uid = uid;
+    peer_gid = gid;
 }
 
 static void on_connection(uv_stream_t *listener, int status) {
@@ -126,7 +141,10 @@ static void server_start(void) {
     srv->opt.client_quota.device_bytes = FZ_CLIENT_DEVICE_BYTES;
     srv->opt.client_quota.live_tensors = FZ_CLIENT_LIVE_TENSORS;
     srv->opt.client_quota.queued_ops = FZ_CLIENT_QUEUED_OPS;
+    srv->opt.uid_quota.device_bytes = FZ_UID_DEVICE_BYTES;
+    srv->opt.uid_quota.pinned_bytes = FZ_UID_PINNED_BYTES;
     srv->opt.busy_poll_us = 0;
+    harness_options = srv->opt;
     srv->start_ms = tfd_now_ms();
     tfd_reservation_init(&srv->res, 0);
     char msg[512], resolved[32];
@@ -216,7 +234,9 @@ static void drain(fz_client *cl) {
             cl->in = p;
             cl->in_cap = cap;
         }
-        struct iovec iov = {.iov_base = cl->in + cl->in_len, .iov_len = cl->in_cap - cl->in_len};
+        size_t room = cl->in_cap - cl->in_len;
+        struct iovec iov = {.iov_base = cl->in + cl->in_len,
+                            .iov_len = cl->slow && room > SLOW_READ_BYTES ? SLOW_READ_BYTES : room};
         union {
             struct cmsghdr align;
             char buf[CMSG_SPACE(8 * sizeof(int))];
@@ -228,6 +248,7 @@ static void drain(fz_client *cl) {
         if (n > 0) {
             cl->in_len += (size_t)n;
             check_replies(cl);
+            if (cl->slow) return;
             continue;
         }
         if (n == 0 && cl->in_len > 0)
@@ -298,9 +319,23 @@ int fz_connect(fz_client *cl) {
     for (int i = 0; i < 1000 && server.next_client_id == before; i++) uv_run(&loop, UV_RUN_NOWAIT);
     if (server.next_client_id == before) fz_fail("the daemon did not accept a connection");
     cl->fd = fd;
-    cl->client_id = server.conns->client_id; /* accepted connections go to the head */
+    tfd_conn *c = server.conns; /* accepted connections go to the head */
+    cl->client_id = c->client_id;
+    if (peer_override) {
+        c->uid = peer_uid;
+        c->gid = peer_gid;
+    }
     track(cl);
     return 0;
+}
+
+void fz_slow_reader(fz_client *cl) {
+    cl->slow = 1;
+    tfd_conn *c = fz_conn(cl);
+    uv_os_fd_t fd;
+    int small = 1; /* the kernel raises it to its minimum */
+    if (c && uv_fileno((uv_handle_t *)&c->pipe, &fd) == 0)
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
 }
 
 tfd_conn *fz_conn(const fz_client *cl) {

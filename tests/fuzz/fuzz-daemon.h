@@ -31,9 +31,11 @@
 /* Limits the harness gives its server, small enough that no input can exhaust the machine. */
 #define FZ_MAX_FRAME_BYTES ((uint64_t)256 << 10)
 #define FZ_MAX_PINNED_BYTES ((uint64_t)8 << 20)
-#define FZ_CLIENT_DEVICE_BYTES ((uint64_t)1 << 20)
+#define FZ_CLIENT_DEVICE_BYTES ((uint64_t)256 << 10)
 #define FZ_CLIENT_LIVE_TENSORS 64
 #define FZ_CLIENT_QUEUED_OPS 512
+#define FZ_UID_DEVICE_BYTES ((uint64_t)384 << 10)
+#define FZ_UID_PINNED_BYTES ((uint64_t)6 << 20)
 
 /* One client: the harness's end of its socket and the id the daemon gave it. */
 typedef struct fz_client {
@@ -42,6 +44,7 @@ typedef struct fz_client {
     uint8_t *in;        /* reply bytes not yet split into frames */
     size_t in_len, in_cap;
     uint64_t next_seq;  /* sequence number of the harness's next frame */
+    int slow;           /* reads at most a few hundred bytes per turn of the loop */
 } fz_client;
 
 /* Starts the server once per process (idempotent); quiets the daemon's log. */
@@ -51,11 +54,26 @@ void fz_init(void);
 tfd_server *fz_server(void);
 
 /*
- * Starts an input: client, session and batch ids count from 1 again, so an
- * input that names them means the same thing on every run (libFuzzer needs
- * an input to behave the same each time it runs).
+ * Starts an input: the harness's options again, and client, session and
+ * batch ids counting from 1 again, so an input that names them means the
+ * same thing on every run (libFuzzer needs an input to behave the same each
+ * time it runs). The input may change fz_server()->opt afterwards.
  */
 void fz_begin(void);
+
+/*
+ * The credentials the next connections present, as SO_PEERCRED would give
+ * them for a client of that user (the harness itself runs as one user).
+ * fz_begin goes back to the harness's own.
+ */
+void fz_peer_credentials(uid_t uid, gid_t gid);
+
+/*
+ * Makes the client a slow reader: the daemon's end of its socket gets the
+ * smallest send buffer and the client reads little per turn, so replies
+ * queue up in the daemon (partial writes, held replies, retries).
+ */
+void fz_slow_reader(fz_client *cl);
 
 /* Connects a client and waits until the daemon has accepted it; 0 on success. */
 int fz_connect(fz_client *cl);

@@ -24,11 +24,33 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+static uint8_t flags;
+
+/* Connects a client as the input's flags say; 0 on success. */
+static int connect_client(fz_client *cl) {
+    if (fz_connect(cl) != 0) return -1;
+    if (flags & FZ_FRAME_SLOW_READER) fz_slow_reader(cl);
+    return 0;
+}
+
 /* Connects and greets the second client the first time the input switches to it. */
 static void ensure_second(fz_client *cl, int *n) {
     if (*n > 1) return;
     *n = 2;
-    if (fz_connect(&cl[1]) == 0) fz_hello(&cl[1], "fuzz-b");
+    if (connect_client(&cl[1]) == 0) fz_hello(&cl[1], "fuzz-b");
+}
+
+/* The daemon-wide settings the flags choose. */
+static void apply_flags(tfd_options *opt) {
+    opt->policy = flags & FZ_FRAME_WAIT_POLICY ? TFD_POLICY_WAIT : TFD_POLICY_REJECT;
+    if (flags & FZ_FRAME_OTHER_USER) fz_peer_credentials(65534, 65534);
+    if (flags & FZ_FRAME_ONE_CLIENT) opt->max_clients = 1;
+    if (flags & FZ_FRAME_ACCESS_LIST) {
+        opt->allowed[0] = (tfd_principal){.is_group = 0, .id = 1000};
+        opt->n_allowed = 1;
+        opt->priorities[0] = (tfd_priority_rule){{.is_group = 0, .id = 65534}, -1};
+        opt->n_priorities = 1;
+    }
 }
 
 /* Plays the records of a structured input. */
@@ -67,13 +89,12 @@ static void play(fz_client *cl, int *n, const uint8_t *p, size_t left) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
-    tfd_server *srv = fz_server();
-    uint8_t flags = data[0];
-    srv->opt.policy = flags & FZ_FRAME_WAIT_POLICY ? TFD_POLICY_WAIT : TFD_POLICY_REJECT;
+    flags = data[0];
     fz_begin();
+    apply_flags(&fz_server()->opt);
     fz_client cl[2] = {{.fd = -1}, {.fd = -1}};
     int n = 1;
-    if (fz_connect(&cl[0]) != 0) return 0;
+    if (connect_client(&cl[0]) != 0) return 0;
     if (!(flags & FZ_FRAME_NO_HELLO)) fz_hello(&cl[0], "fuzz-a");
     if (flags & FZ_FRAME_RAW)
         fz_send(&cl[0], data + 1, size - 1);

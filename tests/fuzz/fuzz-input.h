@@ -11,7 +11,9 @@
  *       first time);
  *   HANGUP: the current client closes its socket;
  *   RAW: a 2-byte length, then that many bytes sent as they are.
- * The harness greets client A with a valid Hello unless FZ_FRAME_NO_HELLO.
+ * The harness greets client A with a valid Hello unless FZ_FRAME_NO_HELLO;
+ * the other flags choose the reservation policy, how fast the clients read,
+ * whose credentials they have and the access settings (the enum below).
  *
  * fuzz-mailbox: one flags byte, then records:
  *   MAILBOX (op % 4 == 0): the next FZ_MAILBOX_REQUEST_BYTES bytes (zero
@@ -44,7 +46,11 @@
 enum {
     FZ_FRAME_RAW = 1,
     FZ_FRAME_NO_HELLO = 2,
-    FZ_FRAME_WAIT_POLICY = 4, /* the reservation policy is wait instead of reject */
+    FZ_FRAME_WAIT_POLICY = 4,  /* the reservation policy is wait instead of reject */
+    FZ_FRAME_SLOW_READER = 8,  /* the clients read their replies a little at a time */
+    FZ_FRAME_OTHER_USER = 16,  /* the clients are uid/gid 65534: no admin, quotas of that uid */
+    FZ_FRAME_ONE_CLIENT = 32,  /* max_clients = 1: a second client is refused at its Hello */
+    FZ_FRAME_ACCESS_LIST = 64, /* [access] allows uid 1000 only; [priority] high = 65534 */
 };
 
 enum {

@@ -104,7 +104,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const uint8_t *p = data + 1;
     size_t left = size - 1;
     fz_begin();
-    fz_server()->opt.policy = TFD_POLICY_REJECT;
     fz_client cl = {.fd = -1};
     if (fz_connect(&cl) != 0) return 0;
     preamble(&cl);

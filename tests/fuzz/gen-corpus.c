@@ -354,6 +354,10 @@ static void frame_ops(void) {
             (op_spec){.kind = TF__OP_MATMUL, .in = {1, 2}, .n_in = 2, .out = 3});
     seed_op("op-matmul-batched-c64", TF_C64, shape234, 3, (const int64_t[]){2, 4, 3}, 3,
             (op_spec){.kind = TF__OP_MATMUL, .in = {1, 2}, .n_in = 2, .out = 3});
+    seed_op("op-matmul-f64", TF_F64, shape23, 2, shape32, 2,
+            (op_spec){.kind = TF__OP_MATMUL, .in = {1, 2}, .n_in = 2, .out = 3});
+    seed_op("op-matmul-c128", TF_C128, shape22, 2, shape22, 2,
+            (op_spec){.kind = TF__OP_MATMUL, .in = {1, 2}, .n_in = 2, .out = 3});
     seed_op("op-free", TF_F32, shape4, 1, shape4, 1,
             (op_spec){.kind = TF__OP_FREE, .in = {1, 2}, .n_in = 2});
 }
@@ -519,8 +523,8 @@ static void frame_requests(void) {
     f.result = &res;
     put_frame(&s, &f);
     put_u8(&s, FZ_OP_FRAME);
-    put_u16(&s, 4);
-    put(&s, "\x08\x05\xfa\x06", 4); /* seq 5, then field 111 (no such body) */
+    put_u16(&s, 5);
+    put(&s, "\x08\x05\xf8\x06\x01", 5); /* seq 5, then varint field 111 (no such body) */
     save(&s, "frame", "unsupported-bodies");
 
     begin(&s, FZ_FRAME_WAIT_POLICY);
@@ -547,6 +551,39 @@ static void frame_requests(void) {
     put_u8(&s, FZ_OP_SWITCH);
     put_session_open(&s);
     save(&s, "frame", "two-clients-contended");
+
+    begin(&s, FZ_FRAME_OTHER_USER);
+    put_admin(&s, TENFERRO__ADMIN_KIND__ADMIN_DRAIN, 0);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, (const int64_t[]){65536}, 1, 0);
+    put_create(&s, FZ_OP_FRAME, 2, TF_F32, (const int64_t[]){32768}, 1, 0);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, (const int64_t[]){32768}, 1, 0);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4 << 20);
+    save(&s, "frame", "other-user-quotas");
+
+    begin(&s, FZ_FRAME_ONE_CLIENT);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_status(&s);
+    save(&s, "frame", "one-client-only");
+
+    begin(&s, FZ_FRAME_ACCESS_LIST | FZ_FRAME_OTHER_USER);
+    put_status(&s);
+    save(&s, "frame", "access-refused");
+
+    begin(&s, FZ_FRAME_ACCESS_LIST);
+    put_session_open(&s);
+    put_status(&s);
+    save(&s, "frame", "access-root-priority");
+
+    begin(&s, FZ_FRAME_SLOW_READER);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, (const int64_t[]){8192}, 1, 1);
+    put_download(&s, 1, 0, 32768);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4096);
+    put_download(&s, 1, 0, 32768);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 2, 4096);
+    put_status(&s);
+    put_download(&s, 1, 0, 32768);
+    save(&s, "frame", "slow-reader-held-replies");
 
     begin(&s, FZ_FRAME_RAW);
     put(&s, "\x64\x00\x00\x00\x08\x02\x9a\x01", 8); /* a 100-byte frame cut short */
