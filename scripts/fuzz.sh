@@ -52,8 +52,9 @@ for t in "$@"; do
         status=1
         continue
     fi
+    # The last status line (coverage, features, corpus) and the final statistics.
+    grep -E '^#[0-9]+' "$build/fuzz-$t.log" | tail -n 1 | sed "s/^/  fuzz-$t /"
     grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' \
         "$build/fuzz-$t.log" | sed "s/^/  fuzz-$t /"
-    tail -n 1 "$build/fuzz-$t.log" | grep -E '^#|Done' >/dev/null || true
 done
 exit $status

@@ -26,6 +26,8 @@
 /* How long the loop may take to become quiet before the input counts as a hang. */
 #define SETTLE_LIMIT_MS 20000
 #define MAX_CLIENTS 8
+/* What a slow reader takes per turn of the loop. */
+#define SLOW_READ_BYTES 512
 
 static tfd_server server;
 static uv_loop_t loop;
@@ -42,8 +44,6 @@ static tfd_options harness_options;
 static int peer_override;
 static uid_t peer_uid;
 static gid_t peer_gid;
-/* What a slow reader takes per turn of the loop. */
-#define SLOW_READ_BYTES 512
 
 void fz_fail(const char *fmt, ...) {
     va_list ap;
