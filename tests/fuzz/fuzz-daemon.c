@@ -191,7 +191,78 @@ static void untrack(fz_client *cl) {
         if (clients[i] == cl) clients[i] = NULL;
 }
 
-/* Splits the received bytes into frames: each must be within the daemon's limit and decode. */
+/* Slot of seq in the client's set of sent sequence numbers (seq != 0, cap a power of 2). */
+static size_t seq_slot(const fz_client *cl, uint64_t seq) {
+    size_t i = (size_t)(seq * 0x9e3779b97f4a7c15ULL) & (cl->seq_cap - 1);
+    while (cl->seqs[i] && cl->seqs[i] != seq) i = (i + 1) & (cl->seq_cap - 1);
+    return i;
+}
+
+static int seq_sent(const fz_client *cl, uint64_t seq) {
+    return cl->seq_cap && cl->seqs[seq_slot(cl, seq)] == seq;
+}
+
+static void note_seq(fz_client *cl, uint64_t seq) {
+    if (seq == 0 || seq_sent(cl, seq)) return;
+    if ((cl->n_seqs + 1) * 2 > cl->seq_cap) {
+        fz_client grown = *cl;
+        grown.seq_cap = cl->seq_cap ? cl->seq_cap * 2 : 64;
+        grown.seqs = calloc(grown.seq_cap, sizeof *grown.seqs);
+        if (!grown.seqs) fz_fail("out of memory tracking sequence numbers");
+        for (size_t i = 0; i < cl->seq_cap; i++)
+            if (cl->seqs[i]) grown.seqs[seq_slot(&grown, cl->seqs[i])] = cl->seqs[i];
+        free(cl->seqs);
+        cl->seqs = grown.seqs;
+        cl->seq_cap = grown.seq_cap;
+    }
+    cl->seqs[seq_slot(cl, seq)] = seq;
+    cl->n_seqs++;
+}
+
+/*
+ * Splits what the client has sent into frames, as the daemon will, and notes
+ * their sequence numbers. It is never stricter than the daemon: it stops only
+ * at a frame above the daemon's largest limit or one that does not decode,
+ * after which the daemon reads nothing more from this client.
+ */
+static void note_sent(fz_client *cl, const uint8_t *bytes, size_t len) {
+    if (cl->out_done) return;
+    if (cl->out_len + len > cl->out_cap) {
+        size_t cap = cl->out_cap ? cl->out_cap : 4096;
+        while (cap < cl->out_len + len) cap *= 2;
+        uint8_t *p = realloc(cl->out, cap);
+        if (!p) fz_fail("out of memory tracking sent frames");
+        cl->out = p;
+        cl->out_cap = cap;
+    }
+    memcpy(cl->out + cl->out_len, bytes, len);
+    cl->out_len += len;
+    size_t at = 0;
+    while (cl->out_len - at >= TF__FRAME_HEADER_BYTES) {
+        uint32_t body = tf__frame_peek_length(cl->out + at);
+        if (body > FZ_MAX_FRAME_BYTES) {
+            cl->out_done = 1;
+            return;
+        }
+        if (cl->out_len - at < TF__FRAME_HEADER_BYTES + (size_t)body) break;
+        Tenferro__Frame *f = tf__frame_decode(cl->out + at + TF__FRAME_HEADER_BYTES, body);
+        if (!f) {
+            cl->out_done = 1;
+            return;
+        }
+        note_seq(cl, f->seq);
+        tf__frame_free(f);
+        at += TF__FRAME_HEADER_BYTES + (size_t)body;
+    }
+    memmove(cl->out, cl->out + at, cl->out_len - at);
+    cl->out_len -= at;
+}
+
+/*
+ * Splits the received bytes into frames: each must be within the daemon's
+ * limit, decode, and answer a sequence number this client sent (0 is the
+ * daemon's own: the reason a connection ends).
+ */
 static void check_replies(fz_client *cl) {
     size_t at = 0;
     while (cl->in_len - at >= TF__FRAME_HEADER_BYTES) {
@@ -204,7 +275,12 @@ static void check_replies(fz_client *cl) {
         if (!f)
             fz_fail("client %llu: the daemon sent a %u-byte frame that does not decode",
                     (unsigned long long)cl->client_id, len);
+        uint64_t seq = f->seq;
         tf__frame_free(f);
+        if (seq && !seq_sent(cl, seq))
+            fz_fail("client %llu: the daemon answered sequence number %llu, which this client "
+                    "never sent",
+                    (unsigned long long)cl->client_id, (unsigned long long)seq);
         at += TF__FRAME_HEADER_BYTES + (size_t)len;
     }
     memmove(cl->in, cl->in + at, cl->in_len - at);
@@ -350,6 +426,7 @@ void fz_send(fz_client *cl, const void *bytes, size_t len) {
     while (len > 0 && cl->fd >= 0) {
         ssize_t n = send(cl->fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
+            note_sent(cl, p, (size_t)n);
             p += n;
             len -= (size_t)n;
             continue;
@@ -455,7 +532,11 @@ void fz_finish(fz_client *list, int n) {
     if (fds != baseline_fds) fz_fail("%d descriptors open, %d at the baseline", fds, baseline_fds);
     for (int i = 0; i < n; i++) {
         free(list[i].in);
-        list[i].in = NULL;
-        list[i].in_len = list[i].in_cap = 0;
+        free(list[i].out);
+        free(list[i].seqs);
+        list[i].in = list[i].out = NULL;
+        list[i].seqs = NULL;
+        list[i].in_len = list[i].in_cap = list[i].out_len = list[i].out_cap = 0;
+        list[i].n_seqs = list[i].seq_cap = 0;
     }
 }

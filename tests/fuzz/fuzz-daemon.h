@@ -9,7 +9,8 @@
  * file) that the server accepts from with tfd_conn_accept, as tenferrod
  * does; the harness writes the client's bytes into its end and drains and
  * discards what the daemon sends back (closing any descriptor that rides
- * along), after checking that every reply is a well-formed frame.
+ * along), after checking that every reply is a well-formed frame that
+ * answers a sequence number this client sent (or 0, the daemon's own word).
  *
  * After each input, fz_finish closes every client, runs the loop until every
  * connection is freed, and checks that the server is back at its baseline:
@@ -45,6 +46,12 @@ typedef struct fz_client {
     size_t in_len, in_cap;
     uint64_t next_seq;  /* sequence number of the harness's next frame */
     int slow;           /* reads at most a few hundred bytes per turn of the loop */
+    /* What the client sent, split into frames to learn their sequence numbers. */
+    uint8_t *out;
+    size_t out_len, out_cap;
+    int out_done;       /* past a frame the daemon refuses: it reads nothing more */
+    uint64_t *seqs;     /* sequence numbers sent (open addressing, 0 = empty slot) */
+    size_t n_seqs, seq_cap;
 } fz_client;
 
 /* Starts the server once per process (idempotent); quiets the daemon's log. */
