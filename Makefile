@@ -269,15 +269,18 @@ fuzz-build:
 	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CUDA=0 FUZZ=1 PROTOBUF_C_SRC="$$pbc" fuzz-targets
 
 # Runs every target FUZZ_SECONDS from its corpus (new inputs kept in $(FUZZ_BUILD)/corpus/).
-fuzz: deps fuzz-build
+fuzz: deps
+	$(MAKE) fuzz-build
 	scripts/fuzz.sh run $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_NAMES)
 
 # Replays every regression input, then runs each target FUZZ_CHECK_SECONDS (part of make check).
-fuzz-check: fuzz-build
+fuzz-check:
+	$(MAKE) fuzz-build
 	scripts/fuzz.sh check $(FUZZ_BUILD) $(FUZZ_CHECK_SECONDS) $(FUZZ_NAMES)
 
 # Writes the seed corpora again (tests/fuzz/corpus/) with the generator.
-fuzz-corpus: fuzz-build
+fuzz-corpus:
+	$(MAKE) fuzz-build
 	$(FUZZ_BUILD)/fuzz/gen-corpus tests/fuzz/corpus
 
 # ---- running ----
