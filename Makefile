@@ -8,6 +8,8 @@
 #   make demo             start tenferrod on the best device, run the example client, stop
 #   make bench            benchmarks (CPU backend), BENCH lines on stdout
 #   make install          PREFIX=/usr/local DESTDIR=
+#   make fuzz             FUZZ_SECONDS=60: builds the libFuzzer targets (tests/fuzz/) into
+#                         $(BUILD)-fuzz and runs each that long from its corpus (docs/fuzzing.md)
 #
 # Knobs: BUILD=dir (output folder), SANITIZE=1 (ASan+UBSan) or thread (TSan), CUDA=auto|0|1,
 #        STATIC_DEPS=1 (link libuv, protobuf-c, Check, inih statically, CUDA runtime statically)
@@ -55,6 +57,23 @@ else
   LIB_INIH := -linih
   LIB_PROTOBUF := -lprotobuf-c
   LIB_CHECK := -lcheck -lsubunit -lrt -lm
+endif
+# The fuzz build (FUZZ=1, made by `make fuzz`): clang, libFuzzer's coverage with ASan and UBSan
+# in every object, and the protobuf-c runtime compiled from its source (PROTOBUF_C_SRC, fetched
+# by scripts/fetch-protobuf-c.sh) so the decoder is instrumented too; without that source the
+# system's uninstrumented library is linked.
+ifeq ($(FUZZ),1)
+  FUZZ_SANFLAGS := -fsanitize=fuzzer-no-link -fsanitize=address,undefined -fno-omit-frame-pointer \
+                   -fno-sanitize-recover=undefined
+  # glibc defines CMPLX for GCC only; clang has the builtin it stands for.
+  CFLAGS += $(FUZZ_SANFLAGS) '-DCMPLX(x,y)=__builtin_complex((double)(x),(double)(y))'
+  # The harness's own bookkeeping is not what the fuzzer should learn from: no coverage there.
+  $(BUILD)/obj/tests/fuzz/fuzz-daemon.o: CFLAGS := $(filter-out -fsanitize=fuzzer-no-link,$(CFLAGS))
+  LDFLAGS += -fsanitize=address,undefined
+  ifneq ($(PROTOBUF_C_SRC),)
+    PROTOBUF_C_OBJ := $(BUILD)/obj/protobuf-c/protobuf-c.o
+    LIB_PROTOBUF :=
+  endif
 endif
 LIB_BLAS := -lopenblas
 # libsystemd (sd_notify) stays dynamic in every build: no static archive ships, and the GPU machine has it.
@@ -119,7 +138,8 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile demo bench install clean build-commit
+.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile demo bench install clean build-commit \
+        fuzz fuzz-check fuzz-build fuzz-targets fuzz-corpus
 all: $(TARGETS) build-commit
 
 # The commit a build folder was made from, for reports made elsewhere (scripts/gpu-check.sh).
@@ -207,22 +227,6 @@ $(BUILD)/tests/test-einsum-path: $(BUILD)/obj/tests/unit/test-einsum-path.o \
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(DAEMON_LIBS)
 
-# The einsum parser's libFuzzer target, on its own (tests/fuzz/fuzz-einsum.c):
-# `make fuzz-einsum FUZZ_EINSUM_SECONDS=120` builds it with clang (libFuzzer, ASan, UBSan) and
-# runs it from tests/fuzz/corpus/einsum/, keeping what it finds in $(BUILD)-fuzz-einsum/corpus/.
-FUZZ_EINSUM_SECONDS ?= 60
-FUZZ_EINSUM := $(BUILD)-fuzz-einsum/fuzz-einsum
-$(FUZZ_EINSUM): tests/fuzz/fuzz-einsum.c common/einsum-parse.c common/shape-rules.c common/status.c
-	@mkdir -p $(dir $@)
-	clang -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -I. -Iinclude -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=undefined -o $@ $^
-
-.PHONY: fuzz-einsum
-fuzz-einsum: $(FUZZ_EINSUM)
-	@mkdir -p $(BUILD)-fuzz-einsum/corpus
-	$(FUZZ_EINSUM) -max_total_time=$(FUZZ_EINSUM_SECONDS) -max_len=256 $(BUILD)-fuzz-einsum/corpus \
-	  tests/fuzz/corpus/einsum
-
 # Integration tests are clients: they link the client library and start a real daemon.
 $(BUILD)/tests/test-%: $(BUILD)/obj/tests/integration/test-%.o $(TEST_HARNESS) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
@@ -277,6 +281,61 @@ $(BUILD)/bench/gpu/bench-gpu-chain: $(BUILD)/obj/bench/gpu/bench-gpu-chain.o $(G
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 endif
+
+# ---- fuzz targets (FUZZ=1; tests/fuzz/, docs/fuzzing.md) ----
+FUZZ_NAMES := frame mailbox config einsum
+FUZZ_BINS := $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz-%)
+FUZZ_HARNESS := $(call obj,tests/fuzz/fuzz-daemon.c)
+
+# The protobuf-c runtime as the fuzz build compiles it: its own flags, no warnings of ours, and
+# two UBSan checks off for this file only, for undefined behaviour of 1.4.1 itself that UBSan
+# would report on nearly every input, hiding everything behind it: shifts of tag bytes as int
+# (shift-base; protobuf-c issue #506) and desc->fields + 0 on messages without fields
+# (pointer-overflow).
+$(BUILD)/obj/protobuf-c/protobuf-c.o: $(PROTOBUF_C_SRC)
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu99 -g -O2 -fPIC -w $(FUZZ_SANFLAGS) -fno-sanitize=shift-base,pointer-overflow \
+	  -I$(dir $(PROTOBUF_C_SRC)).. -c $< -o $@
+
+$(BUILD)/fuzz/fuzz-%: $(BUILD)/obj/tests/fuzz/fuzz-%.o $(FUZZ_HARNESS) $(DAEMON_OBJ) $(COMMON_OBJ) \
+                      $(PROTOBUF_C_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(DAEMON_LIBS)
+
+# Writes the seed corpora (tests/fuzz/corpus/) from frames it encodes itself.
+$(BUILD)/fuzz/gen-corpus: $(BUILD)/obj/tests/fuzz/gen-corpus.o $(COMMON_OBJ) $(PROTOBUF_C_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF)
+
+fuzz-targets: $(FUZZ_BINS) $(BUILD)/fuzz/gen-corpus
+
+# ---- fuzzing (make fuzz, make fuzz-check) ----
+FUZZ_BUILD ?= $(BUILD)-fuzz
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_CHECK_SECONDS ?= 20
+
+# Fetches the protobuf-c source (cached in the fuzz build folder), then builds with clang.
+fuzz-build:
+	@pbc=$$(scripts/fetch-protobuf-c.sh $(FUZZ_BUILD)/src) || { pbc=; \
+	  echo "make fuzz: WARNING: no protobuf-c source; linking the uninstrumented libprotobuf-c" \
+	       "(the fuzzer sees nothing inside the decoder)" >&2; }; \
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) CUDA=0 FUZZ=1 PROTOBUF_C_SRC="$$pbc" fuzz-targets
+
+# Runs every target FUZZ_SECONDS from its corpus (new inputs kept in $(FUZZ_BUILD)/corpus/).
+fuzz: deps
+	$(MAKE) fuzz-build
+	scripts/fuzz.sh run $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_NAMES)
+
+# Replays every regression input, then runs each target FUZZ_CHECK_SECONDS (part of make check).
+fuzz-check:
+	$(MAKE) fuzz-build
+	scripts/fuzz.sh check $(FUZZ_BUILD) $(FUZZ_CHECK_SECONDS) $(FUZZ_NAMES)
+
+# Writes the seed corpora again (tests/fuzz/corpus/) with the generator.
+fuzz-corpus:
+	$(MAKE) fuzz-build
+	$(FUZZ_BUILD)/fuzz/gen-corpus tests/fuzz/corpus
 
 # ---- running ----
 deps:
@@ -371,7 +430,8 @@ check: deps
 	$(MAKE) test-soak
 	$(MAKE) BUILD=build-san SANITIZE=1 CUDA=0 test
 	$(MAKE) check-tsan
-	@echo "make check: all suites passed (plain, ASan/UBSan and TSan)"
+	$(MAKE) fuzz-check
+	@echo "make check: all suites passed (plain, ASan/UBSan and TSan), and the fuzz targets found nothing"
 
 demo: deps
 	$(MAKE) all
@@ -385,6 +445,6 @@ install: all
 	scripts/install.sh "$(BUILD)" "$(DESTDIR)" "$(PREFIX)"
 
 clean:
-	rm -rf build build-san build-tsan build-gpu
+	rm -rf build build-san build-tsan build-gpu build-fuzz
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

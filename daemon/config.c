@@ -35,7 +35,8 @@ static int parse_size(const char *value, uint64_t *out, char *err, size_t len) {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(value, &end, 0);
-    if (end == value || errno || value[0] == '-') {
+    /* strtoull skips blanks and takes a sign ("-1" wraps to 2^64-1): a size starts with a digit. */
+    if (end == value || errno || value[0] < '0' || value[0] > '9') {
         snprintf(err, len, "\"%s\" is not a number", value);
         return -1;
     }
@@ -157,7 +158,7 @@ static int set_mode(tfd_options *opt, void *field, const char *value, char *err,
     (void)opt;
     char *end;
     unsigned long v = strtoul(value, &end, 8);
-    if (end == value || *end || v > 0777) {
+    if (end == value || *end || v > 0777 || value[0] < '0' || value[0] > '7') {
         snprintf(err, len, "\"%s\" is not an octal permission mode like 0660", value);
         return -1;
     }
@@ -189,14 +190,23 @@ static int set_level(tfd_options *opt, void *field, const char *value, char *err
     return 0;
 }
 
-/* Resolves "alice", "1001", "@gpu" or "@100" to a principal. */
+/*
+ * Resolves "alice", "1001", "@gpu" or "@100" to a principal. A number names
+ * exactly that id: one that does not fit an id is refused, never truncated
+ * (4294968296 would otherwise name uid 1000).
+ */
 static int resolve(const char *name, int force_group, tfd_principal *p, char *err, size_t len) {
     int group = force_group || name[0] == '@';
     if (name[0] == '@') name++;
-    char *end;
-    unsigned long id = strtoul(name, &end, 10);
     p->is_group = group;
-    if (name[0] && !*end) {
+    if (name[0] && strspn(name, "0123456789") == strlen(name)) {
+        errno = 0;
+        unsigned long long id = strtoull(name, NULL, 10);
+        if (errno || id >= UINT32_MAX) {
+            snprintf(err, len, "%s id %s is out of range (0 .. %u)", group ? "group" : "user", name,
+                     UINT32_MAX - 1);
+            return -1;
+        }
         p->id = (uint32_t)id;
         return 0;
     }

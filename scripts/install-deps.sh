@@ -3,8 +3,11 @@
 # something is missing. Uses sudo when not root. Safe to run repeatedly.
 set -eu
 
+# clang and libclang-rt-dev (libFuzzer, ASan, UBSan) and dpkg-dev (dpkg-source, which unpacks
+# protobuf-c's source package for the instrumented runtime) are for the fuzz targets.
 PACKAGES="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler check \
-libsubunit-dev libinih-dev libsystemd-dev libopenblas-dev libfftw3-dev systemd"
+libsubunit-dev libinih-dev libsystemd-dev libopenblas-dev libfftw3-dev systemd \
+clang libclang-rt-dev dpkg-dev"
 
 missing=""
 for p in $PACKAGES; do

@@ -1,0 +1,777 @@
+/*
+ * Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/)
+ * in the layouts of fuzz-input.h: for fuzz-frame, valid exchanges with every
+ * request type (each operation kind among them) and a few broken streams;
+ * for fuzz-mailbox, valid and refused mailbox requests around the frames that
+ * touch the same transfers; for fuzz-config, configuration files, flags and
+ * settings. Every frame is encoded with the generated protobuf-c code, so
+ * the seeds follow the .proto. The output is deterministic.
+ *
+ *   gen-corpus DIR      writes DIR/frame, DIR/mailbox and DIR/config
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/completion.h"
+#include "common/frame.h"
+#include "common/ops.h"
+#include "tests/fuzz/fuzz-input.h"
+
+/* One seed being written. */
+typedef struct seed {
+    uint8_t bytes[65536];
+    size_t len;
+    uint64_t seq; /* the last sequence number used */
+} seed;
+
+static const char *out_dir;
+
+static void put(seed *s, const void *p, size_t n) {
+    if (s->len + n > sizeof s->bytes) {
+        fprintf(stderr, "gen-corpus: a seed outgrew its buffer\n");
+        exit(1);
+    }
+    memcpy(s->bytes + s->len, p, n);
+    s->len += n;
+}
+
+static void put_u8(seed *s, uint8_t v) { put(s, &v, 1); }
+
+static void put_u16(seed *s, size_t v) {
+    put_u8(s, (uint8_t)v);
+    put_u8(s, (uint8_t)(v >> 8));
+}
+
+/* Starts a seed with its flags byte. */
+static void begin(seed *s, uint8_t flags) {
+    memset(s, 0, sizeof *s);
+    s->seq = 1; /* the harness's Hello */
+    put_u8(s, flags);
+}
+
+/* Writes a finished seed as DIR/target/name. */
+static void save(const seed *s, const char *target, const char *name) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", out_dir, target);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        perror(path);
+        exit(1);
+    }
+    snprintf(path, sizeof path, "%s/%s/%s", out_dir, target, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(s->bytes, 1, s->len, f) != s->len || fclose(f) != 0) {
+        perror(path);
+        exit(1);
+    }
+}
+
+/* Packs a frame body (its seq the next one unless set). */
+static size_t pack(seed *s, Tenferro__Frame *f, uint8_t *body) {
+    if (f->seq == 0) f->seq = ++s->seq;
+    return tenferro__frame__pack(f, body);
+}
+
+/* A FRAME record (op FZ_OP_FRAME or FZ_MB_OP_FRAME, both 0 mod their range's FRAME case). */
+static void put_frame_op(seed *s, uint8_t op, Tenferro__Frame *f) {
+    static uint8_t body[65536];
+    if (tenferro__frame__get_packed_size(f) > sizeof body) exit(1);
+    size_t n = pack(s, f, body);
+    put_u8(s, op);
+    put_u16(s, n);
+    put(s, body, n);
+}
+
+static void put_frame(seed *s, Tenferro__Frame *f) { put_frame_op(s, FZ_OP_FRAME, f); }
+
+/* A frame exactly as on the wire: length header and body (raw streams). */
+static void put_wire(seed *s, Tenferro__Frame *f) {
+    static uint8_t body[65536];
+    size_t n = pack(s, f, body);
+    uint8_t header[TF__FRAME_HEADER_BYTES];
+    tf__frame_put_length(header, (uint32_t)n);
+    put(s, header, sizeof header);
+    put(s, body, n);
+}
+
+/* ---- frame builders ---- */
+
+static Tenferro__Frame frame(Tenferro__Frame__BodyCase body) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    f.body_case = body;
+    return f;
+}
+
+static Tenferro__Frame hello(Tenferro__Hello *h, uint32_t version, const char *name) {
+    tenferro__hello__init(h);
+    h->protocol_version = version;
+    h->client_name = (char *)name;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_HELLO);
+    f.hello = h;
+    return f;
+}
+
+/* Creates tensor `id` (f32 of `n` elements, values 1..n unless n is large). */
+static void put_create(seed *s, uint8_t op, uint64_t id, uint32_t dtype, const int64_t *shape,
+                       size_t rank, int with_data) {
+    static uint8_t data[65536];
+    size_t elems = 1, elem = dtype == TF_F32 ? 4 : dtype == TF_F64 || dtype == TF_C64 ? 8 : 16;
+    for (size_t i = 0; i < rank; i++) elems *= (size_t)shape[i];
+    size_t bytes = elems * elem;
+    for (size_t i = 0; i < bytes && i < sizeof data; i++) data[i] = (uint8_t)(i % 7 == 0 ? 0x3f : i);
+    if (dtype == TF_F32)
+        for (size_t i = 0; i < elems && i * 4 < sizeof data; i++) {
+            float v = (float)(i + 1);
+            memcpy(data + 4 * i, &v, 4);
+        }
+    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+    up.tensor = id;
+    up.create = 1;
+    up.dtype = dtype;
+    up.shape = (int64_t *)shape;
+    up.n_shape = rank;
+    if (with_data && bytes <= sizeof data) {
+        up.data.data = data;
+        up.data.len = bytes;
+    }
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_UPLOAD);
+    f.upload = &up;
+    put_frame_op(s, op, &f);
+}
+
+static void put_upload_write(seed *s, uint64_t id, uint64_t offset, const void *data, size_t len) {
+    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+    up.tensor = id;
+    up.offset = offset;
+    up.data.data = (uint8_t *)data;
+    up.data.len = len;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_UPLOAD);
+    f.upload = &up;
+    put_frame(s, &f);
+}
+
+static void put_download_op(seed *s, uint8_t op, uint64_t id, uint64_t offset, uint64_t length) {
+    Tenferro__Download dl = TENFERRO__DOWNLOAD__INIT;
+    dl.tensor = id;
+    dl.offset = offset;
+    dl.length = length;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_DOWNLOAD);
+    f.download = &dl;
+    put_frame_op(s, op, &f);
+}
+
+static void put_download(seed *s, uint64_t id, uint64_t offset, uint64_t length) {
+    put_download_op(s, FZ_OP_FRAME, id, offset, length);
+}
+
+static void put_free_op(seed *s, uint8_t op, const uint64_t *ids, size_t n) {
+    Tenferro__Free fr = TENFERRO__FREE__INIT;
+    fr.tensors = (uint64_t *)ids;
+    fr.n_tensors = n;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_FREE);
+    f.free = &fr;
+    put_frame_op(s, op, &f);
+}
+
+static void put_session_open(seed *s) {
+    Tenferro__SessionOpen so = TENFERRO__SESSION_OPEN__INIT;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_SESSION_OPEN);
+    f.session_open = &so;
+    put_frame(s, &f);
+}
+
+static void put_session_release(seed *s, uint64_t id) {
+    Tenferro__SessionRelease sr = TENFERRO__SESSION_RELEASE__INIT;
+    sr.session_id = id;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_SESSION_RELEASE);
+    f.session_release = &sr;
+    put_frame(s, &f);
+}
+
+/* An operation: kind, inputs, output, params, coefficients, flags. */
+typedef struct op_spec {
+    uint32_t kind;
+    uint64_t in[3];
+    size_t n_in;
+    uint64_t out;
+    int64_t params[8];
+    size_t n_params;
+    double alpha, beta;
+    uint32_t flags;
+} op_spec;
+
+static void put_submit_op(seed *s, uint8_t rec, uint64_t session, uint32_t mode, const op_spec *ops,
+                          size_t n) {
+    Tenferro__Op op[16], *ptrs[16];
+    for (size_t i = 0; i < n; i++) {
+        tenferro__op__init(&op[i]);
+        op[i].kind = ops[i].kind;
+        op[i].inputs = (uint64_t *)ops[i].in;
+        op[i].n_inputs = ops[i].n_in;
+        op[i].output = ops[i].out;
+        op[i].params = (int64_t *)ops[i].params;
+        op[i].n_params = ops[i].n_params;
+        op[i].alpha_re = ops[i].alpha;
+        op[i].beta_re = ops[i].beta;
+        op[i].flags = ops[i].flags;
+        ptrs[i] = &op[i];
+    }
+    Tenferro__Submit sub = TENFERRO__SUBMIT__INIT;
+    sub.session_id = session;
+    sub.mode = mode;
+    sub.ops = ptrs;
+    sub.n_ops = n;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_SUBMIT);
+    f.submit = &sub;
+    put_frame_op(s, rec, &f);
+}
+
+static void put_submit(seed *s, uint64_t session, uint32_t mode, const op_spec *ops, size_t n) {
+    put_submit_op(s, FZ_OP_FRAME, session, mode, ops, n);
+}
+
+static void put_status(seed *s) {
+    Tenferro__StatusRequest sr = TENFERRO__STATUS_REQUEST__INIT;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_STATUS_REQUEST);
+    f.status_request = &sr;
+    put_frame(s, &f);
+}
+
+static void put_admin(seed *s, uint32_t kind, uint64_t client) {
+    Tenferro__AdminRequest ar = TENFERRO__ADMIN_REQUEST__INIT;
+    ar.kind = kind;
+    ar.client_id = client;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_ADMIN_REQUEST);
+    f.admin_request = &ar;
+    put_frame(s, &f);
+}
+
+static void put_buffer_create_op(seed *s, uint8_t op, uint64_t id, uint64_t bytes) {
+    Tenferro__BufferCreate bc = TENFERRO__BUFFER_CREATE__INIT;
+    bc.buffer = id;
+    bc.bytes = bytes;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_BUFFER_CREATE);
+    f.buffer_create = &bc;
+    put_frame_op(s, op, &f);
+}
+
+static void put_buffer_free_op(seed *s, uint8_t op, uint64_t id) {
+    Tenferro__BufferFree bf = TENFERRO__BUFFER_FREE__INIT;
+    bf.buffer = id;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_BUFFER_FREE);
+    f.buffer_free = &bf;
+    put_frame_op(s, op, &f);
+}
+
+static void put_transfer(seed *s, uint32_t dir, uint64_t buffer, uint64_t tensor, uint32_t slot,
+                         uint64_t offset, uint64_t bytes) {
+    Tenferro__Transfer tr = TENFERRO__TRANSFER__INIT;
+    tr.direction = dir;
+    tr.buffer = buffer;
+    tr.tensor = tensor;
+    tr.slot = slot;
+    tr.offset = offset;
+    tr.bytes = bytes;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_TRANSFER);
+    f.transfer = &tr;
+    put_frame(s, &f);
+}
+
+static void put_transfer_release_op(seed *s, uint8_t op, uint32_t slot) {
+    Tenferro__TransferRelease tr = TENFERRO__TRANSFER_RELEASE__INIT;
+    tr.slot = slot;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_TRANSFER_RELEASE);
+    f.transfer_release = &tr;
+    put_frame_op(s, op, &f);
+}
+
+static void put_doorbell_op(seed *s, uint8_t op) {
+    Tenferro__MailboxDoorbell db = TENFERRO__MAILBOX_DOORBELL__INIT;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_MAILBOX_DOORBELL);
+    f.mailbox_doorbell = &db;
+    put_frame_op(s, op, &f);
+}
+
+/* ---- fuzz-frame seeds ---- */
+
+static const int64_t shape4[] = {4}, shape23[] = {2, 3}, shape32[] = {3, 2}, shape22[] = {2, 2},
+                     shape234[] = {2, 3, 4};
+
+/* A scoped burst running one operation on fresh inputs, then the result downloaded. */
+static void seed_op(const char *name, uint32_t dtype, const int64_t *shape, size_t rank,
+                    const int64_t *shape_b, size_t rank_b, op_spec op) {
+    seed s;
+    begin(&s, 0);
+    put_create(&s, FZ_OP_FRAME, 1, dtype, shape, rank, 1);
+    if (shape_b) put_create(&s, FZ_OP_FRAME, 2, dtype, shape_b, rank_b, 1);
+    put_submit(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &op, 1);
+    put_download(&s, op.out ? op.out : 1, 0, 16);
+    put_u8(&s, FZ_OP_SETTLE);
+    save(&s, "frame", name);
+}
+
+static void frame_ops(void) {
+    static const struct {
+        const char *name;
+        uint32_t kind;
+        int binary;
+    } simple[] = {
+        {"op-add", TF__OP_ADD, 1},   {"op-sub", TF__OP_SUB, 1},   {"op-mul", TF__OP_MUL, 1},
+        {"op-div", TF__OP_DIV, 1},   {"op-neg", TF__OP_NEG, 0},   {"op-abs", TF__OP_ABS, 0},
+        {"op-exp", TF__OP_EXP, 0},   {"op-log", TF__OP_LOG, 0},   {"op-sqrt", TF__OP_SQRT, 0},
+        {"op-copy", TF__OP_COPY, 0},
+    };
+    for (size_t i = 0; i < sizeof simple / sizeof *simple; i++) {
+        op_spec op = {.kind = simple[i].kind, .in = {1, 2}, .n_in = simple[i].binary ? 2 : 1,
+                      .out = 3};
+        seed_op(simple[i].name, TF_F32, shape23, 2, simple[i].binary ? shape23 : NULL, 2, op);
+    }
+    seed_op("op-conj", TF_C64, shape4, 1, NULL, 0,
+            (op_spec){.kind = TF__OP_CONJ, .in = {1}, .n_in = 1, .out = 3});
+    seed_op("op-scale", TF_F64, shape4, 1, NULL, 0,
+            (op_spec){.kind = TF__OP_SCALE, .in = {1}, .n_in = 1, .out = 3, .alpha = 2.5});
+    seed_op("op-axpby", TF_C128, shape4, 1, shape4, 1,
+            (op_spec){.kind = TF__OP_AXPBY, .in = {1, 2}, .n_in = 2, .out = 3, .alpha = 2,
+                      .beta = -1});
+    seed_op("op-permute", TF_F32, shape234, 3, NULL, 0,
+            (op_spec){.kind = TF__OP_PERMUTE, .in = {1}, .n_in = 1, .out = 3,
+                      .params = {2, 0, 1}, .n_params = 3});
+    seed_op("op-reshape", TF_F32, shape23, 2, NULL, 0,
+            (op_spec){.kind = TF__OP_RESHAPE, .in = {1}, .n_in = 1, .out = 3, .params = {3, 2},
+                      .n_params = 2});
+    seed_op("op-reduce-sum", TF_F64, shape234, 3, NULL, 0,
+            (op_spec){.kind = TF__OP_REDUCE_SUM, .in = {1}, .n_in = 1, .out = 3,
+                      .params = {0, 2}, .n_params = 2});
+    seed_op("op-reduce-max-keepdims", TF_F32, shape234, 3, NULL, 0,
+            (op_spec){.kind = TF__OP_REDUCE_MAX, .in = {1}, .n_in = 1, .out = 3, .params = {1},
+                      .n_params = 1, .flags = TF__REDUCE_KEEPDIMS});
+    seed_op("op-reduce-min", TF_F32, shape23, 2, NULL, 0,
+            (op_spec){.kind = TF__OP_REDUCE_MIN, .in = {1}, .n_in = 1, .out = 3, .params = {0},
+                      .n_params = 1});
+    seed_op("op-matmul", TF_F32, shape23, 2, shape32, 2,
+            (op_spec){.kind = TF__OP_MATMUL, .in = {1, 2}, .n_in = 2, .out = 3});
+    seed_op("op-matmul-batched-c64", TF_C64, shape234, 3, (const int64_t[]){2, 4, 3}, 3,
+            (op_spec){.kind = TF__OP_MATMUL, .in = {1, 2}, .n_in = 2, .out = 3});
+    seed_op("op-matmul-f64", TF_F64, shape23, 2, shape32, 2,
+            (op_spec){.kind = TF__OP_MATMUL, .in = {1, 2}, .n_in = 2, .out = 3});
+    seed_op("op-matmul-c128", TF_C128, shape22, 2, shape22, 2,
+            (op_spec){.kind = TF__OP_MATMUL, .in = {1, 2}, .n_in = 2, .out = 3});
+    seed_op("op-free", TF_F32, shape4, 1, shape4, 1,
+            (op_spec){.kind = TF__OP_FREE, .in = {1, 2}, .n_in = 2});
+}
+
+static void frame_requests(void) {
+    seed s;
+    Tenferro__Hello h;
+    Tenferro__Frame f;
+
+    begin(&s, 0);
+    save(&s, "frame", "hello");
+
+    begin(&s, FZ_FRAME_RAW | FZ_FRAME_NO_HELLO);
+    s.seq = 0;
+    f = hello(&h, TENFERRO__PROTOCOL__PROTOCOL_VERSION, "raw");
+    put_wire(&s, &f);
+    Tenferro__StatusRequest sr = TENFERRO__STATUS_REQUEST__INIT;
+    f = frame(TENFERRO__FRAME__BODY_STATUS_REQUEST);
+    f.status_request = &sr;
+    put_wire(&s, &f);
+    save(&s, "frame", "raw-hello-status");
+
+    begin(&s, FZ_FRAME_NO_HELLO);
+    s.seq = 0;
+    put_status(&s);
+    save(&s, "frame", "status-before-hello");
+
+    begin(&s, FZ_FRAME_NO_HELLO);
+    s.seq = 0;
+    f = hello(&h, TENFERRO__PROTOCOL__PROTOCOL_VERSION + 1, "future");
+    put_frame(&s, &f);
+    save(&s, "frame", "hello-wrong-version");
+
+    begin(&s, 0);
+    f = hello(&h, TENFERRO__PROTOCOL__PROTOCOL_VERSION, "again");
+    put_frame(&s, &f);
+    save(&s, "frame", "hello-twice");
+
+    begin(&s, 0);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, shape4, 1, 1);
+    put_download(&s, 1, 0, 16);
+    put_download(&s, 1, 4, 8);
+    save(&s, "frame", "upload-download");
+
+    begin(&s, 0);
+    put_create(&s, FZ_OP_FRAME, 7, TF_F64, shape23, 2, 0);
+    put_upload_write(&s, 7, 8, "\0\0\0\0\0\0\xf0\x3f", 8);
+    put_upload_write(&s, 7, 48, "\1", 1);
+    put_download(&s, 7, 0, 48);
+    put_download(&s, 7, 40, 16);
+    put_download(&s, 8, 0, 8);
+    save(&s, "frame", "upload-write-chunks");
+
+    begin(&s, 0);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, shape4, 1, 1);
+    put_create(&s, FZ_OP_FRAME, 2, TF_C128, shape22, 2, 1);
+    put_create(&s, FZ_OP_FRAME, 2, TF_F32, shape4, 1, 1);
+    put_free_op(&s, FZ_OP_FRAME, (const uint64_t[]){1, 2, 3}, 3);
+    put_download(&s, 1, 0, 4);
+    save(&s, "frame", "free");
+
+    begin(&s, 0);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, shape23, 2, 1);
+    put_create(&s, FZ_OP_FRAME, 2, TF_F32, shape23, 2, 1);
+    put_session_open(&s);
+    put_session_open(&s);
+    op_spec add = {.kind = TF__OP_ADD, .in = {1, 2}, .n_in = 2, .out = 3};
+    op_spec mul = {.kind = TF__OP_MUL, .in = {3, 3}, .n_in = 2, .out = 4};
+    op_spec neg = {.kind = TF__OP_NEG, .in = {4}, .n_in = 1, .out = 5};
+    put_submit(&s, 1, TENFERRO__SUBMIT_MODE__SUBMIT_ENQUEUE, &add, 1);
+    put_submit(&s, 1, TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE, &mul, 1);
+    put_submit(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED, &neg, 1);
+    put_submit(&s, 1, TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE, &neg, 1);
+    put_submit(&s, 1, TENFERRO__SUBMIT_MODE__SUBMIT_ENQUEUE, &neg, 1);
+    put_download(&s, 5, 0, 24);
+    save(&s, "frame", "session-held");
+
+    begin(&s, 0);
+    put_session_open(&s);
+    put_session_release(&s, 2);
+    put_session_release(&s, 1);
+    put_session_open(&s);
+    save(&s, "frame", "session-release");
+
+    begin(&s, 0);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, shape4, 1, 1);
+    op_spec chain[] = {
+        {.kind = TF__OP_ADD, .in = {1, 1}, .n_in = 2, .out = 2},
+        {.kind = TF__OP_SQRT, .in = {2}, .n_in = 1, .out = 3},
+        {.kind = TF__OP_DIV, .in = {3, 1}, .n_in = 2, .out = 4},
+        {.kind = TF__OP_ADD, .in = {4, 9}, .n_in = 2, .out = 5},
+    };
+    put_submit(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED, chain, 3);
+    put_submit(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, chain + 3, 1);
+    put_submit(&s, 0, 9, chain, 1);
+    put_download(&s, 4, 0, 16);
+    save(&s, "frame", "scoped-burst");
+
+    begin(&s, 0);
+    put_status(&s);
+    save(&s, "frame", "status");
+
+    begin(&s, 0);
+    put_admin(&s, TENFERRO__ADMIN_KIND__ADMIN_TRIM, 0);
+    put_admin(&s, TENFERRO__ADMIN_KIND__ADMIN_TERMINATE, 9);
+    put_admin(&s, 7, 0);
+    save(&s, "frame", "admin-trim");
+
+    begin(&s, 0);
+    put_admin(&s, TENFERRO__ADMIN_KIND__ADMIN_DRAIN, 0);
+    put_status(&s);
+    save(&s, "frame", "admin-drain");
+
+    begin(&s, 0);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_admin(&s, TENFERRO__ADMIN_KIND__ADMIN_TERMINATE, 1);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_status(&s);
+    save(&s, "frame", "admin-terminate-other");
+
+    begin(&s, 0);
+    put_admin(&s, TENFERRO__ADMIN_KIND__ADMIN_TERMINATE, 1);
+    save(&s, "frame", "admin-terminate-self");
+
+    begin(&s, 0);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4096);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4096);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 2, 0);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 3, (uint64_t)1 << 40);
+    put_buffer_free_op(&s, FZ_OP_FRAME, 1);
+    put_buffer_free_op(&s, FZ_OP_FRAME, 1);
+    save(&s, "frame", "buffers");
+
+    begin(&s, 0);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, shape4, 1, 1);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 5, 4096);
+    put_transfer(&s, TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD, 5, 1, 0, 0, 16);
+    put_transfer(&s, TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD, 5, 1, 1, 0, 16);
+    put_u8(&s, FZ_OP_SETTLE);
+    put_transfer(&s, TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD, 5, 1, 1, 64, 16);
+    put_transfer_release_op(&s, FZ_OP_FRAME, 1);
+    put_transfer(&s, TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD, 5, 1, 600, 0, 16);
+    put_buffer_free_op(&s, FZ_OP_FRAME, 5);
+    put_download(&s, 1, 0, 16);
+    save(&s, "frame", "transfers");
+
+    begin(&s, 0);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, shape4, 1, 1);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 5, 16);
+    put_transfer(&s, TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD, 5, 1, 3, 0, 16);
+    put_transfer_release_op(&s, FZ_OP_FRAME, 3);
+    put_free_op(&s, FZ_OP_FRAME, (const uint64_t[]){1}, 1);
+    put_u8(&s, FZ_OP_HANGUP);
+    save(&s, "frame", "transfer-released-hangup");
+
+    begin(&s, 0);
+    put_doorbell_op(&s, FZ_OP_FRAME);
+    save(&s, "frame", "doorbell");
+
+    begin(&s, 0);
+    Tenferro__Result res = TENFERRO__RESULT__INIT;
+    f = frame(TENFERRO__FRAME__BODY_RESULT);
+    f.result = &res;
+    put_frame(&s, &f);
+    put_u8(&s, FZ_OP_FRAME);
+    put_u16(&s, 5);
+    put(&s, "\x08\x05\xf8\x06\x01", 5); /* seq 5, then varint field 111 (no such body) */
+    save(&s, "frame", "unsupported-bodies");
+
+    begin(&s, FZ_FRAME_WAIT_POLICY);
+    put_session_open(&s);
+    put_u8(&s, FZ_OP_SWITCH);
+    s.seq = 1;
+    put_session_open(&s);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_submit(&s, 1, TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE, NULL, 0);
+    put_u8(&s, FZ_OP_SETTLE);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_status(&s);
+    save(&s, "frame", "two-clients-wait");
+
+    begin(&s, 0);
+    put_session_open(&s);
+    put_u8(&s, FZ_OP_SWITCH);
+    s.seq = 1;
+    put_session_open(&s);
+    op_spec one = {.kind = TF__OP_NEG, .in = {1}, .n_in = 1, .out = 2};
+    put_submit(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &one, 1);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_u8(&s, FZ_OP_HANGUP);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_session_open(&s);
+    save(&s, "frame", "two-clients-contended");
+
+    begin(&s, FZ_FRAME_OTHER_USER);
+    put_admin(&s, TENFERRO__ADMIN_KIND__ADMIN_DRAIN, 0);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, (const int64_t[]){65536}, 1, 0);
+    put_create(&s, FZ_OP_FRAME, 2, TF_F32, (const int64_t[]){32768}, 1, 0);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, (const int64_t[]){32768}, 1, 0);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4 << 20);
+    save(&s, "frame", "other-user-quotas");
+
+    begin(&s, FZ_FRAME_ONE_CLIENT);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_status(&s);
+    save(&s, "frame", "one-client-only");
+
+    begin(&s, FZ_FRAME_ACCESS_LIST | FZ_FRAME_OTHER_USER);
+    put_status(&s);
+    save(&s, "frame", "access-refused");
+
+    begin(&s, FZ_FRAME_ACCESS_LIST);
+    put_session_open(&s);
+    put_status(&s);
+    save(&s, "frame", "access-root-priority");
+
+    begin(&s, FZ_FRAME_SLOW_READER);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, (const int64_t[]){8192}, 1, 1);
+    put_download(&s, 1, 0, 32768);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4096);
+    put_download(&s, 1, 0, 32768);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 2, 4096);
+    put_status(&s);
+    put_download(&s, 1, 0, 32768);
+    save(&s, "frame", "slow-reader-held-replies");
+
+    begin(&s, FZ_FRAME_RAW);
+    put(&s, "\x64\x00\x00\x00\x08\x02\x9a\x01", 8); /* a 100-byte frame cut short */
+    save(&s, "frame", "raw-truncated");
+
+    begin(&s, FZ_FRAME_RAW);
+    put(&s, "\xff\xff\xff\xff", 4);
+    save(&s, "frame", "raw-oversized");
+
+    begin(&s, FZ_FRAME_RAW);
+    put(&s, "\x03\x00\x00\x00\xff\xff\xff", 7);
+    save(&s, "frame", "raw-garbage");
+}
+
+/* ---- fuzz-mailbox seeds ---- */
+
+/* A MAILBOX record: a request for the head of tf__mailbox. */
+static void put_mailbox(seed *s, uint8_t op, uint32_t state, uint32_t direction, uint32_t slot,
+                        uint64_t after_seq, uint64_t buffer, uint64_t tensor, uint64_t offset,
+                        uint64_t bytes) {
+    tf__mailbox m;
+    memset(&m, 0, sizeof m);
+    m.state = state;
+    m.direction = direction;
+    m.slot = slot;
+    m.after_seq = after_seq;
+    m.buffer = buffer;
+    m.tensor = tensor;
+    m.offset = offset;
+    m.bytes = bytes;
+    put_u8(s, op);
+    put(s, &m, FZ_MAILBOX_REQUEST_BYTES);
+}
+
+static void mailbox_seeds(void) {
+    const uint32_t up = TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD,
+                   down = TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD;
+    const uint8_t poll = FZ_MB_OP_MAILBOX, bell = FZ_MB_OP_MAILBOX | FZ_MB_DOORBELL;
+    seed s;
+
+    begin(&s, FZ_MAILBOX_SUBMIT);
+    put_mailbox(&s, poll, 0, up, 0, 0, 1, 1, 0, 64);
+    save(&s, "mailbox", "upload");
+
+    begin(&s, FZ_MAILBOX_SUBMIT);
+    put_mailbox(&s, bell, 0, down, 2, 0, 1, 2, 4096, 4096);
+    put_mailbox(&s, bell, 0, down, 2, 0, 1, 2, 0, 4096);
+    save(&s, "mailbox", "download-doorbell");
+
+    begin(&s, 0);
+    put_mailbox(&s, poll, TF__MAILBOX_SUBMITTED, up, 1, 0, 1, 3, 8188, 4);
+    put_mailbox(&s, poll, TF__MAILBOX_ANSWERED, up, 1, 0, 1, 3, 8188, 4);
+    put_mailbox(&s, poll, TF__MAILBOX_IDLE, up, 1, 0, 1, 3, 8188, 4);
+    save(&s, "mailbox", "states");
+
+    begin(&s, FZ_MAILBOX_SUBMIT);
+    put_mailbox(&s, poll, 0, 0, 0, 0, 1, 1, 0, 64);
+    put_mailbox(&s, poll, 0, up, 0, 0, 9, 1, 0, 64);
+    put_mailbox(&s, poll, 0, up, 0, 0, 1, 9, 0, 64);
+    put_mailbox(&s, poll, 0, up, TF__COMPLETION_SLOTS, 0, 1, 1, 0, 64);
+    put_mailbox(&s, poll, 0, up, 0, 0, 1, 1, 0, 63);
+    put_mailbox(&s, poll, 0, up, 0, 0, 2, 2, 0, 4096);
+    put_mailbox(&s, poll, 0, up, 0, 0, 1, 1, UINT64_MAX - 8, 64);
+    save(&s, "mailbox", "refusals");
+
+    begin(&s, FZ_MAILBOX_SUBMIT);
+    put_mailbox(&s, poll, 0, up, 0, 99, 1, 1, 0, 64);
+    put_download_op(&s, FZ_MB_OP_FRAME, 1, 0, 16);
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_STATUS_REQUEST);
+    Tenferro__StatusRequest sr = TENFERRO__STATUS_REQUEST__INIT;
+    f.status_request = &sr;
+    f.seq = 99;
+    put_frame_op(&s, FZ_MB_OP_FRAME, &f);
+    put_u8(&s, FZ_MB_OP_SETTLE);
+    put_doorbell_op(&s, FZ_MB_OP_FRAME);
+    save(&s, "mailbox", "after-seq");
+
+    begin(&s, FZ_MAILBOX_SUBMIT);
+    put_mailbox(&s, poll, 0, up, 0, 0, 1, 1, 0, 64);
+    put_mailbox(&s, poll, 0, down, 0, 0, 1, 1, 0, 64);
+    put_transfer_release_op(&s, FZ_MB_OP_FRAME, 0);
+    put_mailbox(&s, poll, 0, down, 1, 0, 1, 1, 0, 64);
+    put_buffer_free_op(&s, FZ_MB_OP_FRAME, 1);
+    put_free_op(&s, FZ_MB_OP_FRAME, (const uint64_t[]){1}, 1);
+    put_u8(&s, FZ_MB_OP_SETTLE);
+    put_buffer_free_op(&s, FZ_MB_OP_FRAME, 1);
+    save(&s, "mailbox", "busy-and-release");
+
+    begin(&s, FZ_MAILBOX_SUBMIT);
+    put_u8(&s, FZ_MB_OP_POLLING | FZ_MB_DOORBELL);
+    put_mailbox(&s, poll, 0, down, 5, 0, 2, 3, 60, 4);
+    put_u8(&s, FZ_MB_OP_POLLING);
+    put_mailbox(&s, bell, 0, down, 6, 0, 2, 3, 0, 4);
+    put_create(&s, FZ_MB_OP_FRAME, 9, TF_F32, shape4, 1, 1);
+    put_buffer_create_op(&s, FZ_MB_OP_FRAME, 9, 16);
+    put_mailbox(&s, bell, 0, up, 7, 0, 9, 9, 0, 16);
+    save(&s, "mailbox", "polling-and-new-handles");
+}
+
+/* ---- fuzz-config seeds ---- */
+
+static void put_text(seed *s, const char *text) { put(s, text, strlen(text)); }
+
+/* Writes the example configuration (etc/tenferrod.conf.example) as a file seed, if present. */
+static void config_example(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    seed s;
+    begin(&s, FZ_CONFIG_FILE);
+    s.len += fread(s.bytes + s.len, 1, sizeof s.bytes - s.len, f);
+    fclose(f);
+    save(&s, "config", "file-example");
+}
+
+static void config_seeds(void) {
+    seed s;
+    begin(&s, FZ_CONFIG_FILE);
+    put_text(&s,
+             "[daemon]\n"
+             "socket = /run/tenferro/tenferrod-cpu.sock\n"
+             "socket_mode = 0660\n"
+             "device = cpu\n"
+             "workers = 4\n"
+             "max_frame_bytes = 16M\n"
+             "max_pinned_bytes = 2GiB\n"
+             "max_clients = 32\n"
+             "log_level = debug\n"
+             "busy_poll_us = auto\n"
+             "[admission]\n"
+             "policy = wait\n"
+             "wait_deadline_ms = 250\n"
+             "[quota.client]\n"
+             "device_bytes = 1G\n"
+             "pinned_bytes = 64M\n"
+             "live_tensors = 1000\n"
+             "queued_ops = 0x100\n"
+             "[quota.uid]\n"
+             "device_bytes = 4T\n"
+             "[access]\n"
+             "allowed_users = root, 1000 1001\n"
+             "allowed_groups = @0,@100\n"
+             "admin_users = root\n"
+             "[priority]\n"
+             "high = root @0\n"
+             "low = 65534\n");
+    save(&s, "config", "file-every-section");
+
+    begin(&s, FZ_CONFIG_FILE);
+    put_text(&s, "; only comments\n# and blanks\n\n[daemon]\ndevice=7\n");
+    save(&s, "config", "file-bare-ordinal");
+
+    begin(&s, FZ_CONFIG_FILE);
+    put_text(&s, "device = cpu\n[daemon]\nmax_frame_bytes = 1K\n");
+    save(&s, "config", "file-errors");
+
+    begin(&s, FZ_CONFIG_FILE);
+    put_text(&s, "[daemon\nworkers = 99999999999999999999\n[nope]\nkey = 1\n");
+    save(&s, "config", "file-syntax");
+
+    begin(&s, FZ_CONFIG_FLAGS);
+    static const char flags[] =
+        "device\0cpu\0workers\0" "2\0max-frame-bytes\0" "1M\0reservation-policy\0wait\0"
+        "wait-deadline-ms\0" "100\0client-device-bytes\0" "8G\0uid-queued-ops\0" "5\0"
+        "allowed-users\0root\0priority-high\0@0\0log-level\0warn\0socket-mode\0" "0600\0"
+        "busy-poll-us\0" "1000\0max-pinned-bytes\0" "0\0nonexistent\0x";
+    put(&s, flags, sizeof flags - 1);
+    save(&s, "config", "flags");
+
+    begin(&s, FZ_CONFIG_SETTINGS);
+    static const char settings[] =
+        "daemon\nsocket_group\n\ndaemon\ndevice\ncuda:3\nquota.client\nlive_tensors\n12K\n"
+        "access\nadmin_users\n0 1 2\npriority\nlow\n@65534\ndaemon\nmax_clients\n-1\n"
+        "admission\npolicy\nmaybe\n";
+    put(&s, settings, sizeof settings - 1);
+    save(&s, "config", "settings");
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: gen-corpus DIR\n");
+        return 2;
+    }
+    out_dir = argv[1];
+    mkdir(out_dir, 0755);
+    frame_requests();
+    frame_ops();
+    mailbox_seeds();
+    config_seeds();
+    config_example("etc/tenferrod.conf.example");
+    return 0;
+}
