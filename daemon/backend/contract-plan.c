@@ -411,6 +411,17 @@ static void build_binary(planner *p, const tf__contraction *c, const choice *ch,
                    (plan->to_temp ? plan->post.numel : 0);
 }
 
+/*
+ * Whether the GEMM is one that BLAS accepts: every leading dimension at least
+ * the rows of the matrix as stored (cuBLAS and OpenBLAS refuse less).
+ */
+static int gemm_valid(const tfd_contract_gemm *g) {
+    const int64_t x_rows = g->op_x == TFD_GEMM_N ? g->rows : g->depth;
+    const int64_t y_rows = g->op_y == TFD_GEMM_N ? g->depth : g->cols;
+    return g->ldx >= (x_rows > 1 ? x_rows : 1) && g->ldy >= (y_rows > 1 ? y_rows : 1) &&
+           g->ldc >= (g->rows > 1 ? g->rows : 1);
+}
+
 /* Sorts the labels into groups and lists the candidate orders of each group. */
 static void classify(planner *p, const tf__contraction *c) {
     uint64_t listed = 0;
@@ -503,6 +514,15 @@ tf_status tfd_contract_plan_build(const tf__contraction *c, const tf__meta *in,
         return TF_ERR_INTERNAL;
     }
     build_binary(&p, c, &best, plan);
+    if (!gemm_valid(&plan->gemm)) {
+        snprintf(msg, msg_len,
+                 "contract: the planner made an invalid GEMM (ld %lld, %lld, %lld for %lld x %lld "
+                 "x %lld)",
+                 (long long)plan->gemm.ldx, (long long)plan->gemm.ldy, (long long)plan->gemm.ldc,
+                 (long long)plan->gemm.rows, (long long)plan->gemm.cols,
+                 (long long)plan->gemm.depth);
+        return TF_ERR_INTERNAL;
+    }
     return TF_OK;
 }
 

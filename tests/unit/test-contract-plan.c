@@ -272,6 +272,31 @@ START_TEST(test_planner_refuses) {
 }
 END_TEST
 
+/* splitmix64 for the random descriptors below (fixed seed: the sweep is the same every run). */
+static uint64_t sweep_state = 0x243F6A8885A308D3ull;
+static uint64_t sweep_next(void) {
+    uint64_t z = (sweep_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Every random binary contraction plans, into a GEMM that BLAS accepts, copying what it says. */
+START_TEST(test_random_plans_valid) {
+    for (int i = 0; i < 20000; i++) {
+        cc_case k;
+        cc_random(sweep_next, 1, (tf_dtype)(1 + i % 4), (int64_t)1 << 30, &k);
+        tfd_contract_plan p = plan_of(&k);
+        int64_t copied = 0;
+        for (int j = 0; j < 2; j++) copied += p.pre[j].active ? p.pre[j].numel : 0;
+        if (p.to_temp) copied += p.post.numel;
+        ck_assert_msg(copied == p.copied, "%s: copied %lld, passes %lld", k.text,
+                      (long long)p.copied, (long long)copied);
+        ck_assert_msg(p.gemm.batch * p.gemm.rows * p.gemm.cols == p.out_numel, "%s", k.text);
+    }
+}
+END_TEST
+
 /* ---- the cache ---- */
 
 static tfd_cache_stats stats_of(tfd_plan_cache *pc) {
@@ -447,6 +472,7 @@ static Suite *contract_plan_suite(void) {
     tcase_add_test(tc, test_conjugation);
     tcase_add_test(tc, test_unary_passes);
     tcase_add_test(tc, test_planner_refuses);
+    tcase_add_test(tc, test_random_plans_valid);
     suite_add_tcase(s, tc);
     TCase *cache = tcase_create("cache");
     tcase_set_timeout(cache, 60);
