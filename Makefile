@@ -58,7 +58,8 @@ PROTO_H := $(BUILD)/gen/proto/tenferro.pb-c.h
 
 COMMON_SRC := $(wildcard common/*.c)
 CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/view-ops.c \
-                  client/completion.c client/mailbox.c client/pinned.c client/staging.c
+                  client/completion.c client/mailbox.c client/pinned.c client/staging.c \
+                  client/view-fft.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 BACKEND_SRC := $(wildcard daemon/backend/*.c)
 CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)

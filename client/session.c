@@ -79,6 +79,7 @@ static void encode_ops(tf_client *c, size_t from, size_t n, Tenferro__Op *ops, T
         op->alpha_im = q->alpha.im;
         op->beta_re = q->beta.re;
         op->beta_im = q->beta.im;
+        if (q->kind == TF__OP_FFT) tf__encode_fft(q, op);
         ptrs[i] = op;
     }
 }

@@ -3,6 +3,7 @@
 #define TENFERRO_TENFERRO_H
 
 #include "tenferro/client.h"
+#include "tenferro/fft.h"
 #include "tenferro/session.h"
 #include "tenferro/status.h"
 #include "tenferro/transfer.h"
