@@ -109,8 +109,8 @@ _Static_assert((int)TF__FFT_NORM_FORWARD == TENFERRO__FFT_NORM__FFT_NORM_FORWARD
 
 /*
  * Decodes an OP_FFT's descriptor (Op.fft) into f and checks it against the
- * input with the shared rules; a missing descriptor or more axes than any
- * rank allows is refused before anything is copied.
+ * input with the shared rules; a missing descriptor, or more axes than any
+ * rank has, is refused before anything is copied.
  */
 static tf_status prepare_fft(const Tenferro__Op *op, const tf__meta *in, tf__fft *f,
                              tf__meta *out, char *msg, size_t len) {
@@ -119,8 +119,8 @@ static tf_status prepare_fft(const Tenferro__Op *op, const tf__meta *in, tf__fft
         snprintf(msg, len, "fft: the operation carries no Fft descriptor (Op.fft)");
         return TF_ERR_INVALID_ARGUMENT;
     }
-    if (w->n_axes < 1 || w->n_axes > TF_MAX_RANK) {
-        snprintf(msg, len, "fft: %zu axes given: between 1 and %d expected", w->n_axes, TF_MAX_RANK);
+    if (w->n_axes > TF_MAX_RANK) {
+        snprintf(msg, len, "fft: %zu axes given: at most %d expected", w->n_axes, TF_MAX_RANK);
         return TF_ERR_AXIS;
     }
     memset(f, 0, sizeof *f);

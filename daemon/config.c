@@ -276,6 +276,26 @@ static int set_priority_class(tfd_options *opt, int priority, const char *value,
     return 0;
 }
 
+/* fftw_planner: how FFTW plans a transform it has not seen. */
+static int set_planner(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)opt;
+    static const char *const names[] = {"estimate", "measure", "patient"};
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(value, names[i]) == 0) {
+            *(tfd_fftw_planner *)field = (tfd_fftw_planner)i;
+            return 0;
+        }
+    }
+    snprintf(err, len, "planner \"%s\" is not estimate, measure or patient", value);
+    return -1;
+}
+
+/* fftw_wisdom: a file path, or empty for no wisdom file. */
+static int set_wisdom(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)field;
+    return set_string(opt->caches.fftw_wisdom, sizeof opt->caches.fftw_wisdom, value, err, len);
+}
+
 static int set_high(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
     (void)field;
     return set_priority_class(opt, -1, value, err, len);
@@ -319,6 +339,9 @@ static const setting settings[] = {
     {"access", "admin_users", "admin-users", 0, set_admins, 1, "who may drain/terminate (besides root)"},
     {"priority", "high", "priority-high", 0, set_high, 1, "users/@groups whose streams run first"},
     {"priority", "low", "priority-low", 0, set_low, 1, "users/@groups whose streams run last"},
+    {"caches", "fft_plans", "fft-plans", AT(caches.fft_plans), set_u64, 0, "FFT plans kept (LRU bound, 64; 0 = unbounded)"},
+    {"caches", "fftw_planner", "fftw-planner", AT(caches.fftw_planner), set_planner, 0, "estimate, measure or patient (cpu)"},
+    {"caches", "fftw_wisdom", "fftw-wisdom", 0, set_wisdom, 0, "FFTW wisdom file (/var/lib/tenferro/fftw-wisdom; empty = none)"},
 };
 
 #define N_SETTINGS (sizeof settings / sizeof *settings)
@@ -348,6 +371,9 @@ void tfd_options_defaults(tfd_options *opt) {
     opt->loop_slice_us = 2000;
     opt->log_level = TFD_LOG_INFO;
     opt->busy_poll_us = -1;
+    opt->caches.fft_plans = 64;
+    opt->caches.fftw_planner = TFD_FFTW_ESTIMATE;
+    snprintf(opt->caches.fftw_wisdom, sizeof opt->caches.fftw_wisdom, "%s", TFD_DEFAULT_FFTW_WISDOM);
 }
 
 int tfd_config_set(tfd_options *opt, const char *section, const char *key, const char *value,

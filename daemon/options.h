@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/backend/backend.h"
 #include "daemon/reservation.h"
 
 /* Limits on what one client (or all clients of one uid) may hold; 0 means unlimited. */
@@ -60,6 +61,7 @@ typedef struct tfd_options {
     int n_admins;
     tfd_priority_rule priorities[TFD_MAX_IDS]; /* first match wins; default priority 0 */
     int n_priorities;
+    tfd_cache_config caches; /* [caches]: plan caches of the backend (restart to change) */
 } tfd_options;
 
 /* A setting given on the command line, re-applied over the file at every reload. */

@@ -16,6 +16,7 @@
 
 #include <cblas.h>
 
+#include "daemon/backend/cpu-fft.h"
 #include "daemon/backend/cpu-kernels.h"
 
 /* Alignment and granularity of allocations: one cache line, enough for any SIMD load. */
@@ -59,14 +60,30 @@ static tf_status cpu_open(tfd_backend *be, int ordinal, char *msg, size_t msg_le
         physical_bytes = (size_t)pages * (size_t)page_size;
     char version[64];
     openblas_version(version, sizeof version);
+    tfd_cpu_impl *impl = calloc(1, sizeof *impl);
+    if (impl == NULL) {
+        snprintf(msg, msg_len, "cpu: out of host memory opening the backend");
+        return TF_ERR_NO_MEMORY;
+    }
+    tf_status st = tfd_fftw_cache_open(&be->caches, &impl->fftw, msg, msg_len);
+    if (st != TF_OK) {
+        free(impl);
+        return st;
+    }
     be->ordinal = 0;
-    be->impl = NULL;
+    be->impl = impl;
     snprintf(be->description, sizeof be->description, "cpu (%ld core%s, OpenBLAS %s)", cores,
              cores == 1 ? "" : "s", version);
     return TF_OK;
 }
 
-static void cpu_close(tfd_backend *be) { be->impl = NULL; }
+/* Lets go of the FFTW plans, writing the wisdom back first (cpu-fft-cache.c). */
+static void cpu_close(tfd_backend *be) {
+    tfd_cpu_impl *impl = be->impl;
+    if (impl) tfd_fftw_cache_close(impl->fftw);
+    free(impl);
+    be->impl = NULL;
+}
 
 static tf_status cpu_stream_create(tfd_backend *be, int priority, void **stream) {
     (void)priority;
@@ -182,7 +199,10 @@ const tfd_backend_vtable tfd_cpu_backend = {
     .permute = tfd_cpu_permute,
     .reduce = tfd_cpu_reduce,
     .matmul = tfd_cpu_matmul,
+    .fft = tfd_cpu_fft,
+    .caches = tfd_cpu_caches,
     .event_record = cpu_event_record,
     .event_wait = cpu_event_wait,
     .event_destroy = cpu_event_destroy,
+    .trim = tfd_cpu_trim,
 };
