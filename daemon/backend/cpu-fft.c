@@ -30,11 +30,7 @@ static tf__meta meta_of(const tfd_tensor_view *v) {
     return m;
 }
 
-/*
- * The key of op's transform: the axes in a canonical order (sorted; R2C and
- * C2R keep their halved axis last), so transforms that differ only in the
- * order of their axes share a plan, and the arrays' alignment classes.
- */
+/* The key of op's transform: its axes in canonical order, and the arrays' alignment classes. */
 static void key_of(const tfd_op *op, const void *in, const void *out, tfd_fftw_key *k) {
     const tf__fft *f = &op->fft;
     memset(k, 0, sizeof *k);
@@ -43,13 +39,7 @@ static void key_of(const tfd_op *op, const void *in, const void *out, tfd_fftw_k
     k->dtype = op->in[0].dtype;
     k->rank = op->in[0].rank;
     for (int a = 0; a < k->rank; a++) k->shape[a] = op->in[0].shape[a];
-    const int keep_last = f->kind != TF__FFT_C2C;
-    const int halved = f->axes[f->n_axes - 1];
-    unsigned set = 0;
-    for (int i = 0; i < f->n_axes; i++) set |= 1u << f->axes[i];
-    for (int a = 0; a < k->rank; a++)
-        if ((set & (1u << a)) && !(keep_last && a == halved)) k->axes[k->n_axes++] = a;
-    if (keep_last) k->axes[k->n_axes++] = halved;
+    k->n_axes = tfd_fft_canonical_axes(f, k->rank, k->axes);
     k->last_length = f->kind == TF__FFT_C2R ? f->last_length : 0;
     if (is_single(op->in[0].dtype)) {
         k->align_in = fftwf_alignment_of((float *)in);

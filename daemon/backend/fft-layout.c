@@ -39,6 +39,18 @@ double tfd_fft_scale(const tf__fft *f, const tf__meta *in) {
     return inverse ? 1.0 / n : 1.0;
 }
 
+int tfd_fft_canonical_axes(const tf__fft *f, int rank, int32_t *axes) {
+    const int keep_last = f->kind != TF__FFT_C2C;
+    const int halved = f->axes[f->n_axes - 1];
+    unsigned set = 0;
+    int n = 0;
+    for (int i = 0; i < f->n_axes; i++) set |= 1u << f->axes[i];
+    for (int a = 0; a < rank; a++)
+        if ((set & (1u << a)) && !(keep_last && a == halved)) axes[n++] = a;
+    if (keep_last) axes[n++] = halved;
+    return n;
+}
+
 /* Row-major strides of a tensor, in elements. */
 static void strides_of(const tf__meta *m, int64_t *stride) {
     int64_t s = 1;

@@ -58,6 +58,14 @@ typedef struct tfd_fft_layout {
 double tfd_fft_scale(const tf__fft *f, const tf__meta *in);
 
 /*
+ * The transformed axes of f in the order the plan caches key them: sorted,
+ * except that R2C and C2R keep their halved axis last (transforms that
+ * differ only in the order of their axes are the same transform). Returns
+ * how many were written into axes.
+ */
+int tfd_fft_canonical_axes(const tf__fft *f, int rank, int32_t *axes);
+
+/*
  * Splits a valid FFT (tf__infer_fft accepted f for `in`) into steps of at
  * most TFD_FFT_PLAN_RANK axes with one batch run each, choosing among the
  * ways of grouping the axes the one that costs least: a pass over the data
