@@ -100,6 +100,29 @@ tf_status tf_upload(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape
     return tf__ok(c);
 }
 
+/* An Upload that creates the tensor and writes nothing: the daemon reads unwritten bytes as zeros. */
+tf_status tf_zeros(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape, tf_tensor *out) {
+    if (!c || !out) return TF_ERR_INVALID_ARGUMENT;
+    if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
+    if (rank > 0 && !shape) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "zeros: shape is NULL");
+    tf__handle h = {0};
+    tf_status st = tf__check_new_meta(dtype, rank, shape, c->last_error, sizeof c->last_error);
+    if (st != TF_OK) return st;
+    h.meta.dtype = dtype;
+    h.meta.rank = rank;
+    for (int i = 0; i < rank; i++) h.meta.shape[i] = shape[i];
+    h.id = ++c->next_tensor_id;
+    uint64_t seq;
+    if ((st = tf__send_upload(c, &h, 1, 0, NULL, 0, &seq)) != TF_OK) return st;
+    if ((st = tf__recv_result(c, seq, "Upload")) != TF_OK) return st;
+    if (tf__id_table_insert(&c->handles, &h) != 0) {
+        tf__send_free(c, &h.id, 1);
+        return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory recording the tensor");
+    }
+    *out = h.id;
+    return tf__ok(c);
+}
+
 /* 1 when an operation queued but not yet submitted names tensor t. */
 static int queue_names(const tf_client *c, tf_tensor t) {
     for (size_t i = 0; i < c->n_queued; i++) {

@@ -581,6 +581,41 @@ START_TEST(test_large_round_trip) {
 }
 END_TEST
 
+/* tf_zeros makes a tensor of zeros on the device; its transforms are zeros (and every byte is written). */
+typedef struct zeros_run {
+    tf_tensor z, f, r;
+} zeros_run;
+
+static tf_status zeros_fn(tf_view *v, void *arg) {
+    zeros_run *z = arg;
+    tf_status st = tf_view_fft(v, z->z, 0, NULL, TF_FFT_NORM_ORTHO, &z->f);
+    if (st == TF_OK) st = tf_view_irfft(v, z->z, 1, (const int[]){1}, 0, TF_FFT_NORM_BACKWARD, &z->r);
+    return st;
+}
+
+START_TEST(test_zeros_input) {
+    start();
+    const int64_t dims[2] = {6, 5};
+    zeros_run z = {0};
+    CK_STATUS(C, tf_zeros(C, TF_C64, 2, dims, &z.z), TF_OK);
+    CK_STATUS(C, tf_with_session(C, zeros_fn, &z), TF_OK);
+    void *data = NULL;
+    size_t bytes = 0;
+    const tf_tensor ids[3] = {z.z, z.f, z.r};
+    const size_t want[3] = {30 * 8, 30 * 8, 6 * 8 * 4};
+    for (int i = 0; i < 3; i++) {
+        CK_STATUS(C, tf_download(C, ids[i], &data, &bytes), TF_OK);
+        ck_assert_uint_eq(bytes, want[i]);
+        for (size_t k = 0; k < bytes; k++) ck_assert_msg(((uint8_t *)data)[k] == 0, "tensor %d byte %zu", i, k);
+        free(data);
+        CK_STATUS(C, tf_tensor_free(C, ids[i]), TF_OK);
+    }
+    CK_STATUS(C, tf_zeros(C, TF_C64, 2, NULL, &z.z), TF_ERR_INVALID_ARGUMENT);
+    CK_STATUS(C, tf_zeros(C, (tf_dtype)9, 1, dims, &z.z), TF_ERR_DTYPE);
+    stop();
+}
+END_TEST
+
 /* ---- plan caches ---- */
 
 /* The daemon's FFT plan cache from its status report ("fftw_plans" on cpu, "fft_plans" on cuda). */
@@ -1073,6 +1108,7 @@ static Suite *fft_suite(void) {
     tcase_add_loop_test(tc, test_r2c_small, 0, N_SMALL);
     tcase_add_loop_test(tc, test_c2r_small, 0, N_SMALL);
     tcase_add_test(tc, test_large_round_trip);
+    tcase_add_test(tc, test_zeros_input);
     tcase_add_test(tc, test_cache_counters);
     tcase_add_test(tc, test_cache_lru_bound);
     tcase_add_test(tc, test_cache_trim);
