@@ -23,13 +23,6 @@
 
 static int is_single(tf_dtype d) { return d == TF_F32 || d == TF_C64; }
 
-/* The view's metadata, for the shared rules. */
-static tf__meta meta_of(const tfd_tensor_view *v) {
-    tf__meta m = {.dtype = v->dtype, .rank = v->rank};
-    memcpy(m.shape, v->shape, sizeof m.shape);
-    return m;
-}
-
 /* The key of op's transform: its axes in canonical order, and the arrays' alignment classes. */
 static void key_of(const tfd_op *op, const void *in, const void *out, tfd_fftw_key *k) {
     const tf__fft *f = &op->fft;
@@ -88,16 +81,9 @@ tf_status tfd_cpu_fft(tfd_backend *be, void *stream, const tfd_op *op, char *msg
         snprintf(msg, msg_len, "cpu: the backend is not open");
         return TF_ERR_INTERNAL;
     }
-    /* The descriptor must still describe these views (the daemon checked it against the tensors). */
-    tf__meta in_meta = meta_of(in), want;
-    tf_status st = tf__infer_fft(&op->fft, &in_meta, &want, msg, msg_len);
+    tf__meta in_meta;
+    tf_status st = tfd_fft_check_op(op, &in_meta, msg, msg_len);
     if (st != TF_OK) return st;
-    if (op->n_inputs != 1 || want.dtype != out->dtype || want.rank != out->rank ||
-        memcmp(want.shape, out->shape, sizeof want.shape[0] * (size_t)want.rank) != 0 ||
-        !in->data || !out->data) {
-        snprintf(msg, msg_len, "cpu: fft descriptor does not match its input and output");
-        return TF_ERR_INTERNAL;
-    }
     void *src = in->data, *scratch = NULL;
     if (op->fft.kind == TF__FFT_C2R) {
         const size_t bytes = (size_t)in->numel * tf_dtype_size(in->dtype);

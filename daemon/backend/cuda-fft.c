@@ -245,13 +245,6 @@ done:
     return st;
 }
 
-/* The view's metadata, for the shared rules. */
-static tf__meta meta_of(const tfd_tensor_view *v) {
-    tf__meta m = {.dtype = v->dtype, .rank = v->rank};
-    memcpy(m.shape, v->shape, sizeof m.shape);
-    return m;
-}
-
 /* The plans of op's transform, from the cache or made now. */
 static tf_status take_plans(tfd_cuda_fft *ff, const tfd_op *op, const tf__meta *in,
                             tfd_plan_entry **entry, char *msg, size_t msg_len) {
@@ -285,14 +278,9 @@ static tf_status take_plans(tfd_cuda_fft *ff, const tfd_op *op, const tf__meta *
 tf_status tfd_cuda_fft_run(tfd_cuda_fft *ff, tfd_cuda_stream *s, const tfd_op *op, int sm_count,
                            char *msg, size_t msg_len) {
     const tfd_tensor_view *in = &op->in[0], *out = &op->out;
-    tf__meta in_meta = meta_of(in), want;
-    tf_status st = tf__infer_fft(&op->fft, &in_meta, &want, msg, msg_len);
+    tf__meta in_meta;
+    tf_status st = tfd_fft_check_op(op, &in_meta, msg, msg_len);
     if (st != TF_OK) return st;
-    if (want.dtype != out->dtype || want.rank != out->rank ||
-        memcmp(want.shape, out->shape, sizeof want.shape[0] * (size_t)want.rank) != 0) {
-        snprintf(msg, msg_len, "cuda: fft descriptor does not match its input and output");
-        return TF_ERR_INTERNAL;
-    }
     drain_grave(ff, 1);
     const size_t in_bytes = (size_t)in->numel * tf_dtype_size(in->dtype);
     int copy_only = op->fft.kind == TF__FFT_C2C;

@@ -39,6 +39,23 @@ double tfd_fft_scale(const tf__fft *f, const tf__meta *in) {
     return inverse ? 1.0 / n : 1.0;
 }
 
+tf_status tfd_fft_check_op(const tfd_op *op, tf__meta *in, char *msg, size_t msg_len) {
+    const tfd_tensor_view *v = &op->in[0], *out = &op->out;
+    in->dtype = v->dtype;
+    in->rank = v->rank;
+    memcpy(in->shape, v->shape, sizeof in->shape);
+    tf__meta want;
+    tf_status st = tf__infer_fft(&op->fft, in, &want, msg, msg_len);
+    if (st != TF_OK) return st;
+    if (op->n_inputs != 1 || want.dtype != out->dtype || want.rank != out->rank ||
+        memcmp(want.shape, out->shape, sizeof want.shape[0] * (size_t)want.rank) != 0 ||
+        !v->data || !out->data) {
+        snprintf(msg, msg_len, "fft descriptor does not match its input and output");
+        return TF_ERR_INTERNAL;
+    }
+    return TF_OK;
+}
+
 int tfd_fft_canonical_axes(const tf__fft *f, int rank, int32_t *axes) {
     const int keep_last = f->kind != TF__FFT_C2C;
     const int halved = f->axes[f->n_axes - 1];

@@ -58,6 +58,13 @@ typedef struct tfd_fft_layout {
 double tfd_fft_scale(const tf__fft *f, const tf__meta *in);
 
 /*
+ * Checks that a validated OP_FFT still describes the views it names (one
+ * input, the descriptor valid for it, the output the rules give) before a
+ * library indexes memory with them; writes the input's metadata into *in.
+ */
+tf_status tfd_fft_check_op(const tfd_op *op, tf__meta *in, char *msg, size_t msg_len);
+
+/*
  * The transformed axes of f in the order the plan caches key them: sorted,
  * except that R2C and C2R keep their halved axis last (transforms that
  * differ only in the order of their axes are the same transform). Returns
