@@ -6,7 +6,8 @@
  * calls it. Because work is complete when a call returns, events carry no
  * state (event_record yields NULL). The kernels themselves live in the
  * cpu-*.c files, one family per file; this file only ties them into the
- * vtable the executor sees.
+ * vtable the executor sees, and makes (at open) and ends (at close) the
+ * backend's one piece of state, the daemon-wide FFTW plan cache.
  */
 #include <stdint.h>
 #include <stdio.h>
