@@ -320,6 +320,23 @@ START_TEST(test_executions) {
 }
 END_TEST
 
+/* The caches' axis order: sorted, R2C/C2R's halved axis last; the same set in any order keys alike. */
+START_TEST(test_canonical_axes) {
+    int32_t axes[TF_MAX_RANK];
+    tf__fft f = fft_over(TF__FFT_C2C, 0, 0xd, 4, 2); /* listed 3, 0, 2 */
+    ck_assert_int_eq(tfd_fft_canonical_axes(&f, 4, axes), 3);
+    ck_assert(axes[0] == 0 && axes[1] == 2 && axes[2] == 3);
+    tf__fft r = fft_over(TF__FFT_R2C, 0, 0xd, 4, 0); /* listed 3, 2, 0: 0 is halved */
+    ck_assert_int_eq(tfd_fft_canonical_axes(&r, 4, axes), 3);
+    ck_assert(axes[0] == 2 && axes[1] == 3 && axes[2] == 0);
+    r.axes[0] = 2;
+    r.axes[1] = 3; /* listed 2, 3, 0: the same key */
+    int32_t again[TF_MAX_RANK];
+    tfd_fft_canonical_axes(&r, 4, again);
+    ck_assert(memcmp(axes, again, sizeof(int32_t) * 3) == 0);
+}
+END_TEST
+
 /* numpy's norms: backward, ortho and forward, both directions, n from the real side. */
 START_TEST(test_scale) {
     const tf__meta m = {TF_C128, 2, {4, 5}};
@@ -359,6 +376,7 @@ static Suite *fft_layout_suite(void) {
     tcase_add_loop_test(tc, test_real_every_axis_set, 0, N_OF(shapes));
     tcase_add_test(tc, test_executions);
     tcase_add_test(tc, test_scale);
+    tcase_add_test(tc, test_canonical_axes);
     suite_add_tcase(s, tc);
     return s;
 }
