@@ -16,9 +16,9 @@
  * the same sizes and alignments, because FFTW_MEASURE and FFTW_PATIENT
  * overwrite what they plan on and a client's input must never change
  * (FFTW_ESTIMATE touches nothing, and its scratch pages are never written).
- * A plan the cache lets go of while another thread holds the planner is put
- * on a list that the next holder destroys, so a trim from the event loop
- * never waits for a measurement.
+ * A plan the cache lets go of while another thread holds the planner is left
+ * to the cache's drain, which the next holder runs, so a trim from the event
+ * loop never waits for a measurement.
  *
  * Wisdom (what measure and patient learned) is read at open from the
  * configured file and written back, both precisions in one file (the double
@@ -28,7 +28,6 @@
  */
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,16 +49,12 @@ static pthread_mutex_t planner_lock = PTHREAD_MUTEX_INITIALIZER;
 typedef struct plan_value {
     void *plan; /* fftw_plan or fftwf_plan */
     int single; /* made by fftwf_ (f32 / c64) */
-    struct plan_value *next; /* on the list of plans to destroy once the planner is free */
 } plan_value;
 
 struct tfd_fftw_cache {
     tfd_plan_cache cache;
     unsigned planner_flags; /* FFTW_ESTIMATE, FFTW_MEASURE or FFTW_PATIENT */
     char wisdom[256];       /* the wisdom file, "" for none */
-    pthread_mutex_t grave_lock;
-    plan_value *grave;       /* plans let go of while the planner was busy */
-    atomic_int grave_count;
 };
 
 static int is_single(tf_dtype d) { return d == TF_F32 || d == TF_C64; }
@@ -73,36 +68,22 @@ static void destroy_value(plan_value *p) {
     free(p);
 }
 
-/* Destroys the plans let go of while the planner was busy; the caller holds the planner. */
-static void drain_grave(tfd_fftw_cache *fc) {
-    if (atomic_load(&fc->grave_count) == 0) return;
-    pthread_mutex_lock(&fc->grave_lock);
-    plan_value *list = fc->grave;
-    fc->grave = NULL;
-    atomic_store(&fc->grave_count, 0);
-    pthread_mutex_unlock(&fc->grave_lock);
-    while (list) {
-        plan_value *next = list->next;
-        destroy_value(list);
-        list = next;
-    }
-}
-
-/* The plan cache's destroy callback: now when the planner is free, else by its next holder. */
-static void destroy_plan(void *value, void *arg) {
+/*
+ * The plan cache's destroy callback: at once when the planner is free,
+ * else declined, for the next holder's drain. With must set the caller is
+ * that holder (tfd_plan_cache_drain runs only under the planner here).
+ */
+static int destroy_plan(void *value, void *arg, int must) {
     tfd_fftw_cache *fc = arg;
-    plan_value *p = value;
-    if (pthread_mutex_trylock(&planner_lock) == 0) {
-        destroy_value(p);
-        drain_grave(fc);
-        pthread_mutex_unlock(&planner_lock);
-        return;
+    if (must) {
+        destroy_value(value);
+        return 1;
     }
-    pthread_mutex_lock(&fc->grave_lock);
-    p->next = fc->grave;
-    fc->grave = p;
-    atomic_fetch_add(&fc->grave_count, 1);
-    pthread_mutex_unlock(&fc->grave_lock);
+    if (pthread_mutex_trylock(&planner_lock) != 0) return 0;
+    destroy_value(value);
+    tfd_plan_cache_drain(&fc->cache);
+    pthread_mutex_unlock(&planner_lock);
+    return 1;
 }
 
 /* ---- wisdom ---- */
@@ -270,7 +251,7 @@ tf_status tfd_fftw_cache_acquire(tfd_fftw_cache *fc, const tfd_fftw_key *key,
     plan_value *p = NULL;
     if (!*entry && (st = make_plan(fc, key, &p, msg, msg_len)) == TF_OK) {
         if (fc->planner_flags != FFTW_ESTIMATE) wisdom_export(fc);
-        /* Inserted under the planner, so no twin is planned meanwhile; an evicted plan waits in the grave. */
+        /* Inserted under the planner, so no twin is planned meanwhile; an evicted plan waits for the drain. */
         *entry = tfd_plan_cache_insert(&fc->cache, key, p, 0);
         if (!*entry) {
             destroy_value(p);
@@ -278,7 +259,7 @@ tf_status tfd_fftw_cache_acquire(tfd_fftw_cache *fc, const tfd_fftw_key *key,
             st = TF_ERR_NO_MEMORY;
         }
     }
-    drain_grave(fc);
+    tfd_plan_cache_drain(&fc->cache);
     pthread_mutex_unlock(&planner_lock);
     return st;
 }
@@ -289,9 +270,9 @@ void *tfd_fftw_entry_plan(const tfd_plan_entry *entry) {
 
 void tfd_fftw_cache_release(tfd_fftw_cache *fc, tfd_plan_entry *entry) {
     tfd_plan_cache_release(&fc->cache, entry);
-    /* Plans left in the grave by a trim are destroyed by whoever finds the planner free. */
-    if (atomic_load(&fc->grave_count) > 0 && pthread_mutex_trylock(&planner_lock) == 0) {
-        drain_grave(fc);
+    /* Plans a trim let go of while the planner was busy go with whoever finds it free. */
+    if (tfd_plan_cache_declined(&fc->cache) > 0 && pthread_mutex_trylock(&planner_lock) == 0) {
+        tfd_plan_cache_drain(&fc->cache);
         pthread_mutex_unlock(&planner_lock);
     }
 }
@@ -305,14 +286,8 @@ void tfd_fftw_cache_stats(tfd_fftw_cache *fc, tfd_cache_stats *out) {
 tf_status tfd_fftw_cache_open(const tfd_cache_config *config, tfd_fftw_cache **out, char *msg,
                               size_t msg_len) {
     tfd_fftw_cache *fc = calloc(1, sizeof *fc);
-    if (!fc || pthread_mutex_init(&fc->grave_lock, NULL) != 0) {
-        free(fc);
-        snprintf(msg, msg_len, "cpu: out of host memory making the FFTW plan cache");
-        return TF_ERR_NO_MEMORY;
-    }
-    if (tfd_plan_cache_init(&fc->cache, "fftw_plans", sizeof(tfd_fftw_key), config->fft_plans, 0,
-                            destroy_plan, fc) != 0) {
-        pthread_mutex_destroy(&fc->grave_lock);
+    if (!fc || tfd_plan_cache_init(&fc->cache, "fftw_plans", sizeof(tfd_fftw_key),
+                                   config->fft_plans, 0, destroy_plan, fc) != 0) {
         free(fc);
         snprintf(msg, msg_len, "cpu: out of host memory making the FFTW plan cache");
         return TF_ERR_NO_MEMORY;
@@ -330,11 +305,9 @@ tf_status tfd_fftw_cache_open(const tfd_cache_config *config, tfd_fftw_cache **o
 
 void tfd_fftw_cache_close(tfd_fftw_cache *fc) {
     if (!fc) return;
-    tfd_plan_cache_destroy(&fc->cache);
     pthread_mutex_lock(&planner_lock);
-    drain_grave(fc);
+    tfd_plan_cache_destroy(&fc->cache);
     if (fc->planner_flags != FFTW_ESTIMATE) wisdom_export(fc);
     pthread_mutex_unlock(&planner_lock);
-    pthread_mutex_destroy(&fc->grave_lock);
     free(fc);
 }

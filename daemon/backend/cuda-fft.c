@@ -27,11 +27,10 @@
  * cuFFT's handles are not shared between threads: an entry is used by the
  * one worker that took it. Destroying a plan frees device memory, which
  * waits for the whole device, so a plan the cache lets go of (evicted,
- * trimmed) is destroyed by the next FFT a worker runs, or at close: never
- * on the event loop's thread, where `tenferroctl trim` empties the cache.
+ * trimmed) is destroyed by the next FFT a worker runs (the cache's drain),
+ * or at close: never on the event loop's thread, where `tenferroctl trim`
+ * empties the cache.
  */
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,15 +107,12 @@ typedef struct fft_plans {
     tfd_fft_layout layout;
     cufftHandle handle[TF_MAX_RANK];
     int n_handles;
-    size_t work_bytes;      /* the largest work area a step needs */
-    struct fft_plans *next; /* on the list of plans to destroy */
+    size_t work_bytes; /* the largest work area a step needs */
 } fft_plans;
 
 struct tfd_cuda_fft {
     tfd_plan_cache cache;
-    pthread_mutex_t grave_lock;
-    fft_plans *grave; /* plans let go of, destroyed by the next FFT or at close */
-    atomic_int in_grave;
+    int device_ok; /* 0 at a close after the context became unusable: no cuFFT calls */
 };
 
 /* Destroys a transform's plans; the device is current and usable on the calling thread. */
@@ -128,30 +124,16 @@ static void destroy_now(fft_plans *p, int device_ok) {
     free(p);
 }
 
-/* The plan cache's destroy callback: any thread, the loop's too, so only a list push. */
-static void bury_plans(void *value, void *arg) {
-    tfd_cuda_fft *ff = arg;
-    fft_plans *p = value;
-    pthread_mutex_lock(&ff->grave_lock);
-    p->next = ff->grave;
-    ff->grave = p;
-    atomic_fetch_add(&ff->in_grave, 1);
-    pthread_mutex_unlock(&ff->grave_lock);
-}
-
-/* Destroys the plans let go of since the last call (a worker's FFT, or close). */
-static void drain_grave(tfd_cuda_fft *ff, int device_ok) {
-    if (atomic_load(&ff->in_grave) == 0) return;
-    pthread_mutex_lock(&ff->grave_lock);
-    fft_plans *list = ff->grave;
-    ff->grave = NULL;
-    atomic_store(&ff->in_grave, 0);
-    pthread_mutex_unlock(&ff->grave_lock);
-    while (list) {
-        fft_plans *next = list->next;
-        destroy_now(list, device_ok);
-        list = next;
-    }
+/*
+ * The plan cache's destroy callback. It may run on any thread, the loop's
+ * too, so it declines, and the drain of the next FFT (a worker) or of close
+ * destroys (must).
+ */
+static int destroy_plans(void *value, void *arg, int must) {
+    const tfd_cuda_fft *ff = arg;
+    if (!must) return 0;
+    destroy_now(value, ff->device_ok);
+    return 1;
 }
 
 /* The cuFFT transform type of a step of an input of dtype `in` (the step's source is complex unless R2C). */
@@ -281,7 +263,7 @@ tf_status tfd_cuda_fft_run(tfd_cuda_fft *ff, tfd_cuda_stream *s, const tfd_op *o
     tf__meta in_meta;
     tf_status st = tfd_fft_check_op(op, &in_meta, msg, msg_len);
     if (st != TF_OK) return st;
-    drain_grave(ff, 1);
+    tfd_plan_cache_drain(&ff->cache);
     const size_t in_bytes = (size_t)in->numel * tf_dtype_size(in->dtype);
     int copy_only = op->fft.kind == TF__FFT_C2C;
     for (int i = 0; i < op->fft.n_axes; i++) copy_only &= in->shape[op->fft.axes[i]] == 1;
@@ -330,27 +312,21 @@ done:
 tf_status tfd_cuda_fft_open(const tfd_cache_config *config, tfd_cuda_fft **out, char *msg,
                             size_t msg_len) {
     tfd_cuda_fft *ff = calloc(1, sizeof *ff);
-    if (!ff || pthread_mutex_init(&ff->grave_lock, NULL) != 0) {
+    if (!ff || tfd_plan_cache_init(&ff->cache, "fft_plans", sizeof(fft_key), config->fft_plans, 1,
+                                   destroy_plans, ff) != 0) {
         free(ff);
         snprintf(msg, msg_len, "cuda: out of host memory making the cuFFT plan cache");
         return TF_ERR_NO_MEMORY;
     }
-    if (tfd_plan_cache_init(&ff->cache, "fft_plans", sizeof(fft_key), config->fft_plans, 1,
-                            bury_plans, ff) != 0) {
-        pthread_mutex_destroy(&ff->grave_lock);
-        free(ff);
-        snprintf(msg, msg_len, "cuda: out of host memory making the cuFFT plan cache");
-        return TF_ERR_NO_MEMORY;
-    }
+    ff->device_ok = 1;
     *out = ff;
     return TF_OK;
 }
 
 void tfd_cuda_fft_close(tfd_cuda_fft *ff, int device_ok) {
     if (!ff) return;
+    ff->device_ok = device_ok;
     tfd_plan_cache_destroy(&ff->cache);
-    drain_grave(ff, device_ok);
-    pthread_mutex_destroy(&ff->grave_lock);
     free(ff);
 }
 

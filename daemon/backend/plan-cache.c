@@ -109,11 +109,35 @@ static tfd_plan_entry *take_out(tfd_plan_cache *c, tfd_plan_entry *e) {
     return NULL;
 }
 
-/* Destroys an entry's value and the entry (outside the lock). */
+/* Destroys an entry's value and the entry (outside the lock), or keeps it for a drain. */
 static void destroy_entry(tfd_plan_cache *c, tfd_plan_entry *e) {
-    if (c->destroy) c->destroy(e->value, c->destroy_arg);
-    free(e);
+    if (!c->destroy || c->destroy(e->value, c->destroy_arg, 0)) {
+        free(e);
+        return;
+    }
+    pthread_mutex_lock(&c->lock);
+    e->hash_next = c->declined;
+    c->declined = e;
+    atomic_fetch_add(&c->n_declined, 1);
+    pthread_mutex_unlock(&c->lock);
 }
+
+void tfd_plan_cache_drain(tfd_plan_cache *c) {
+    if (atomic_load(&c->n_declined) == 0) return;
+    pthread_mutex_lock(&c->lock);
+    tfd_plan_entry *list = c->declined;
+    c->declined = NULL;
+    atomic_store(&c->n_declined, 0);
+    pthread_mutex_unlock(&c->lock);
+    while (list) {
+        tfd_plan_entry *next = list->hash_next;
+        c->destroy(list->value, c->destroy_arg, 1);
+        free(list);
+        list = next;
+    }
+}
+
+uint64_t tfd_plan_cache_declined(tfd_plan_cache *c) { return atomic_load(&c->n_declined); }
 
 tfd_plan_entry *tfd_plan_cache_acquire(tfd_plan_cache *c, const void *key) {
     const uint64_t h = hash_key(key, c->key_len);
@@ -194,6 +218,7 @@ uint64_t tfd_plan_cache_clear(tfd_plan_cache *c) {
 void tfd_plan_cache_destroy(tfd_plan_cache *c) {
     if (!c->buckets) return;
     tfd_plan_cache_clear(c);
+    tfd_plan_cache_drain(c);
     pthread_mutex_destroy(&c->lock);
     free(c->buckets);
     c->buckets = NULL;

@@ -393,6 +393,15 @@ END_TEST
 
 /* ---- R2C and C2R ---- */
 
+/* A real transform over list[0..len), with list[h] moved to the end: the halved axis. */
+static fft_case halving(int kind, const int *list, int len, int h) {
+    fft_case c = {kind, kind == TF__FFT_C2R, TF_FFT_NORM_BACKWARD, len, {0}, 0};
+    for (int i = 0, j = 0; i < len; i++)
+        if (i != h) c.axes[j++] = list[i];
+    c.axes[len - 1] = list[h];
+    return c;
+}
+
 /* R2C with every transformed axis as the halved one, every norm, f32 and f64. */
 static void r2c_shape(const shape *s) {
     static const tf_dtype dts[2] = {TF_F32, TF_F64};
@@ -405,15 +414,8 @@ static void r2c_shape(const shape *s) {
         for (int k = 0; k < n_sets && n + 3 * TF_MAX_RANK <= MAX_CASES; k++) {
             if (s->rank == 4 && !(k == 4 || k == 9 || k == n_sets - 1)) continue;
             for (int h = 0; h < lens[k]; h++) {
-                fft_case *c = &cases[n++];
-                memset(c, 0, sizeof *c);
-                c->kind = TF__FFT_R2C;
-                c->norm = (tf_fft_norm)((k + h) % 3);
-                /* Move axis h to the end: it is the halved one. */
-                for (int i = 0, j = 0; i < lens[k]; i++)
-                    if (i != h) c->axes[j++] = lists[k][i];
-                c->axes[lens[k] - 1] = lists[k][h];
-                c->n_axes = lens[k];
+                cases[n] = halving(TF__FFT_R2C, lists[k], lens[k], h);
+                cases[n++].norm = (tf_fft_norm)((k + h) % 3);
             }
         }
         cases[n++] = (fft_case){TF__FFT_R2C, 0, TF_FFT_NORM_FORWARD, 0, {0}, 0};
@@ -449,10 +451,7 @@ static void c2r_shape(const shape *s) {
             if (s->rank == 4 && !(k == 4 || k == n_sets - 1)) continue;
             for (int h = 0; h < lens[k]; h++) {
                 /* The half spectrum of `real` over this axis list, halving axis lists[k][h]. */
-                fft_case fwd = {TF__FFT_R2C, 0, TF_FFT_NORM_BACKWARD, lens[k], {0}, 0};
-                for (int i = 0, j = 0; i < lens[k]; i++)
-                    if (i != h) fwd.axes[j++] = lists[k][i];
-                fwd.axes[lens[k] - 1] = lists[k][h];
+                const fft_case fwd = halving(TF__FFT_R2C, lists[k], lens[k], h);
                 shape hs;
                 lcplx *half = malloc(sizeof(lcplx) * (size_t)numel);
                 reference(&fwd, s, real, &hs, half);

@@ -8,8 +8,10 @@
  * when it is pushed out or cleared is destroyed only when its last user
  * gives it back; a shared cache hands one entry to many users, an exclusive
  * one to one user at a time (a second user of a busy key gets nothing and
- * inserts another entry under the same key); clearing (trim) empties it; and
- * many threads hammering it lose no entry and destroy nothing twice.
+ * inserts another entry under the same key); clearing (trim) empties it; a
+ * destroy callback that declines (it may not wait on this thread) gets the
+ * value back at the next drain, and at the cache's end; and many threads
+ * hammering it lose no entry and destroy nothing twice.
  */
 #include <check.h>
 #include <pthread.h>
@@ -33,13 +35,16 @@ typedef struct test_value {
 } test_value;
 
 static int g_destroyed;
+static int g_decline; /* the callback declines unless it must */
 
-static void destroy_value(void *value, void *arg) {
+static int destroy_value(void *value, void *arg, int must) {
     (void)arg;
+    if (g_decline && !must) return 0;
     test_value *v = value;
     ck_assert_msg(!v->destroyed, "value %d destroyed twice", v->id);
     v->destroyed = 1;
     __atomic_add_fetch(&g_destroyed, 1, __ATOMIC_RELAXED);
+    return 1;
 }
 
 static test_key key_of(int n) {
@@ -174,6 +179,32 @@ START_TEST(test_exclusive) {
 }
 END_TEST
 
+/* A declined destruction waits for the drain (or the cache's end); the entry is gone meanwhile. */
+START_TEST(test_declined_until_drain) {
+    tfd_plan_cache c;
+    g_destroyed = 0;
+    g_decline = 1;
+    ck_assert_int_eq(tfd_plan_cache_init(&c, "test_plans", sizeof(test_key), 1, 1, destroy_value, NULL), 0);
+    test_value a = {1, 0}, b = {2, 0}, d = {3, 0};
+    tfd_plan_cache_release(&c, get(&c, 1, &a));
+    tfd_plan_cache_release(&c, get(&c, 2, &b)); /* evicts a: declined */
+    ck_assert(!a.destroyed);
+    ck_assert_uint_eq(tfd_plan_cache_declined(&c), 1);
+    expect_stats(&c, 1, 0, 2, 1);
+    tfd_plan_cache_drain(&c);
+    ck_assert(a.destroyed && !b.destroyed);
+    ck_assert_uint_eq(tfd_plan_cache_declined(&c), 0);
+    /* a trim declined too; the cache's end destroys what is left */
+    ck_assert_uint_eq(tfd_plan_cache_clear(&c), 1);
+    ck_assert(!b.destroyed);
+    tfd_plan_cache_release(&c, get(&c, 3, &d));
+    tfd_plan_cache_destroy(&c);
+    ck_assert(b.destroyed && d.destroyed);
+    ck_assert_int_eq(g_destroyed, 3);
+    g_decline = 0;
+}
+END_TEST
+
 /* Many entries: the table grows and every key is still found. */
 START_TEST(test_many_keys) {
     tfd_plan_cache c;
@@ -225,9 +256,11 @@ static void *hammer(void *p) {
     return NULL;
 }
 
-static void free_value(void *value, void *arg) {
+static int free_value(void *value, void *arg, int must) {
     (void)arg;
+    (void)must;
     free(value);
+    return 1;
 }
 
 START_TEST(test_threads) {
@@ -263,6 +296,7 @@ static Suite *plan_cache_suite(void) {
     tcase_add_test(tc, test_lru_bound);
     tcase_add_test(tc, test_in_use_survives);
     tcase_add_test(tc, test_exclusive);
+    tcase_add_test(tc, test_declined_until_drain);
     tcase_add_test(tc, test_many_keys);
     tcase_add_test(tc, test_threads);
     suite_add_tcase(s, tc);
