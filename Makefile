@@ -76,6 +76,14 @@ ifeq ($(FUZZ),1)
   endif
 endif
 LIB_BLAS := -lopenblas
+# FFTW (the CPU backend's FFTs), double and single precision. A static build takes the archives
+# when they are installed, so the binary runs where FFTW's shared libraries differ or are absent.
+FFTW_ARCHIVES := $(wildcard /usr/lib/x86_64-linux-gnu/libfftw3.a /usr/lib/x86_64-linux-gnu/libfftw3f.a)
+ifeq ($(STATIC_DEPS)$(words $(FFTW_ARCHIVES)),12)
+  LIB_FFTW := -l:libfftw3.a -l:libfftw3f.a
+else
+  LIB_FFTW := -lfftw3 -lfftw3f
+endif
 # libsystemd (sd_notify) stays dynamic in every build: no static archive ships, and the GPU machine has it.
 LIB_SYSTEMD := -lsystemd
 LIB_SYS := -lpthread -lm
@@ -87,7 +95,8 @@ PROTO_H := $(BUILD)/gen/proto/tenferro.pb-c.h
 COMMON_SRC := $(wildcard common/*.c)
 CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/view-ops.c \
                   client/completion.c client/mailbox.c client/pinned.c client/staging.c \
-                  client/testing.c client/view-einsum.c client/einsum-path.c client/einsum-report.c
+                  client/testing.c client/view-einsum.c client/einsum-path.c client/einsum-report.c \
+                  client/view-fft.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 BACKEND_SRC := $(wildcard daemon/backend/*.c)
 CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)
@@ -114,7 +123,7 @@ COMMON_OBJ := $(call obj,$(COMMON_SRC)) $(PROTO_OBJ)
 CLIENT_OBJ := $(call obj,$(CLIENT_LIB_SRC))
 DAEMON_OBJ := $(call obj,$(DAEMON_SRC)) $(call obj,$(BACKEND_SRC)) $(CUDA_OBJ)
 
-DAEMON_LIBS := $(LIB_UV) $(LIB_INIH) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_CUDA) $(LIB_SYSTEMD) $(LIB_SYS)
+DAEMON_LIBS := $(LIB_UV) $(LIB_INIH) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_FFTW) $(LIB_CUDA) $(LIB_SYSTEMD) $(LIB_SYS)
 
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test-*.c))
 INTEGRATION_TESTS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/test-*.c))
@@ -244,11 +253,20 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(call obj,bench/bench-common.c) $(BUIL
 
 # bench-held-chain also runs the daemon's CPU kernels in-process as its baseline,
 # so it links the CPU backend's objects (the common objects come with the library).
-CPU_BACKEND_OBJ := $(call obj,$(filter daemon/backend/backend.c daemon/backend/cpu-% daemon/backend/contract-%,$(BACKEND_SRC)))
+# The FFT files (plan cache, geometry) and the log come with them.
+FFT_BACKEND_SRC := daemon/backend/plan-cache.c daemon/backend/fft-layout.c
+CPU_BACKEND_OBJ := $(call obj,$(filter daemon/backend/backend.c daemon/backend/cpu-% daemon/backend/contract-%,$(BACKEND_SRC)) \
+                     $(FFT_BACKEND_SRC) daemon/log.c)
 $(BUILD)/bench/bench-held-chain: $(BUILD)/obj/bench/bench-held-chain.o $(call obj,bench/bench-common.c) \
                                  $(CPU_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_FFTW) $(LIB_SYS)
+
+# bench-fft's baseline is FFTW in this process.
+$(BUILD)/bench/bench-fft: $(BUILD)/obj/bench/bench-fft.o $(call obj,bench/bench-common.c) \
+                          $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_FFTW) $(LIB_SYS)
 
 # bench-einsum speaks raw frames (bench-raw.c) until the client library queues contractions.
 $(BUILD)/bench/bench-einsum: $(BUILD)/obj/bench/bench-einsum.o $(call obj,bench/bench-common.c bench/bench-raw.c) \
@@ -274,7 +292,7 @@ $(BUILD)/bench/gpu/bench-einsum: $(BUILD)/obj/bench/gpu/bench-einsum.o $(GPU_BEN
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 
 # bench-gpu-chain runs the daemon's CUDA kernels in-process (tfd_cuda_backend) as its baseline.
-CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c \
+CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c $(FFT_BACKEND_SRC) \
                       $(filter daemon/backend/cuda-% daemon/backend/contract-%,$(BACKEND_SRC))) $(CUDA_OBJ)
 $(BUILD)/bench/gpu/bench-gpu-chain: $(BUILD)/obj/bench/gpu/bench-gpu-chain.o $(GPU_BENCH_OBJ) \
                                     $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a

@@ -72,6 +72,8 @@ typedef struct tf__queued_op {
     /* Its wire form, written by the encoder (Op.contraction points at it while a frame is built). */
     Tenferro__Contraction contract_msg;
     uint32_t contract_labels[3][TF_MAX_RANK]; /* labels_a, labels_b, labels_out */
+    tf__fft fft;           /* TF__OP_FFT: the descriptor (view-fft.c) */
+    Tenferro__Fft wire_fft; /* its wire form while a Submit is encoded */
 } tf__queued_op;
 
 struct tf_view {
@@ -257,6 +259,21 @@ tf_status tf__send_upload(tf_client *c, const tf__handle *h, int create, size_t 
 tf_status tf__queue_op(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,
                        int n_params, const int64_t *params, unsigned flags, tf_scalar alpha,
                        tf_scalar beta, tf_tensor *out);
+/*
+ * The start of queueing an operation: checks the view and `out`, and looks up
+ * the inputs (idle tensors of this client) into meta[0..n_inputs).
+ */
+tf_status tf__view_inputs(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,
+                          const tf_tensor *out, tf__meta *meta);
+/*
+ * Appends an operation whose output metadata the caller computed: takes the
+ * output's handle (*out) and returns the queued record for the caller to fill
+ * with the operation's parameters or descriptor.
+ */
+tf_status tf__queue_push(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,
+                         const tf__meta *out_meta, tf_tensor *out, tf__queued_op **record);
+/* Fills the wire form of a queued FFT into op (view-fft.c); q keeps that form's storage. */
+void tf__encode_fft(tf__queued_op *q, Tenferro__Op *op);
 /* Queues a FREE of an existing tensor in the active session. */
 tf_status tf__queue_free(tf_client *c, tf_tensor t);
 /* TF_OK when operations may be queued on v now (inside its session callback, connected). */

@@ -99,6 +99,7 @@ static void encode_ops(tf_client *c, size_t from, size_t n, Tenferro__Op *ops, T
         op->beta_re = q->beta.re;
         op->beta_im = q->beta.im;
         if (q->kind == TF__OP_CONTRACT) encode_contraction(q, op);
+        if (q->kind == TF__OP_FFT) tf__encode_fft(q, op);
         ptrs[i] = op;
     }
 }

@@ -107,6 +107,20 @@ void tfctl_print_status_text(FILE *out, const Tenferro__StatusReply *s) {
     fprintf(out, "\ncounters:\n");
     for (size_t i = 0; i < s->n_counters; i++)
         fprintf(out, "  %-26s %" PRIu64 "\n", s->counters[i]->name, s->counters[i]->value);
+
+    fprintf(out, "\ncaches:\n");
+    if (s->n_caches == 0) fprintf(out, "  (none)\n");
+    else
+        fprintf(out, "  %-20s %8s %9s %12s %10s %10s %12s\n", "name", "entries", "capacity", "hits",
+                "misses", "evictions", "bytes");
+    for (size_t i = 0; i < s->n_caches; i++) {
+        const Tenferro__CacheInfo *ci = s->caches[i];
+        char cap[24] = "unbounded";
+        if (ci->capacity) snprintf(cap, sizeof cap, "%" PRIu64, ci->capacity);
+        fprintf(out, "  %-20s %8" PRIu64 " %9s %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %12" PRIu64 "\n",
+                shown(ci->name, safe, sizeof safe), ci->entries, cap, ci->hits, ci->misses,
+                ci->evictions, ci->bytes);
+    }
 }
 
 /* ---- quoting ---- */
@@ -249,7 +263,17 @@ void tfctl_print_status_json(FILE *out, const Tenferro__StatusReply *s) {
         json_string(out, s->counters[i]->name);
         fprintf(out, ":%" PRIu64, s->counters[i]->value);
     }
-    fputs("}}\n", out);
+    fputs("},\"caches\":[", out);
+    for (size_t i = 0; i < s->n_caches; i++) {
+        const Tenferro__CacheInfo *ci = s->caches[i];
+        fputs(i ? ",{\"name\":" : "{\"name\":", out);
+        json_string(out, ci->name);
+        fprintf(out,
+                ",\"entries\":%" PRIu64 ",\"capacity\":%" PRIu64 ",\"hits\":%" PRIu64
+                ",\"misses\":%" PRIu64 ",\"evictions\":%" PRIu64 ",\"bytes\":%" PRIu64 "}",
+                ci->entries, ci->capacity, ci->hits, ci->misses, ci->evictions, ci->bytes);
+    }
+    fputs("]}\n", out);
 }
 
 /* ---- Prometheus ---- */
@@ -349,6 +373,31 @@ static void prom_counter(FILE *out, const Tenferro__Counter *k) {
     fprintf(out, "tenferrod_%s %" PRIu64 "\n", metric, k->value);
 }
 
+/* Writes the cache families, one sample per daemon-wide cache, labelled cache. */
+static void prom_caches(FILE *out, const Tenferro__StatusReply *s) {
+    static const struct {
+        const char *name, *type, *help;
+    } families[] = {
+        {"cache_entries", "gauge", "Entries a daemon-wide cache holds."},
+        {"cache_capacity", "gauge", "The LRU bound of a daemon-wide cache (0 = unbounded)."},
+        {"cache_hits_total", "counter", "Lookups a daemon-wide cache answered."},
+        {"cache_misses_total", "counter", "Entries a daemon-wide cache had to make."},
+        {"cache_evictions_total", "counter", "Entries the LRU bound pushed out."},
+        {"cache_bytes", "gauge", "Memory a daemon-wide cache's entries hold, as far as known."},
+    };
+    for (int m = 0; m < (int)(sizeof families / sizeof *families); m++) {
+        prom_family(out, families[m].name, families[m].type, families[m].help);
+        for (size_t i = 0; i < s->n_caches; i++) {
+            const Tenferro__CacheInfo *ci = s->caches[i];
+            const uint64_t v[] = {ci->entries, ci->capacity, ci->hits, ci->misses, ci->evictions,
+                                  ci->bytes};
+            fprintf(out, "tenferrod_%s{cache=", families[m].name);
+            prom_label_value(out, ci->name);
+            fprintf(out, "} %" PRIu64 "\n", v[m]);
+        }
+    }
+}
+
 void tfctl_print_metrics(FILE *out, const Tenferro__StatusReply *s) {
     prom_gauge(out, "up", "1 when tenferrod answered the status request.", 1);
     prom_family(out, "info", "gauge", "The daemon's device, version and reservation policy.");
@@ -369,6 +418,7 @@ void tfctl_print_metrics(FILE *out, const Tenferro__StatusReply *s) {
                s->device_error && s->device_error[0]);
     prom_reservations(out, s);
     for (size_t i = 0; i < s->n_counters; i++) prom_counter(out, s->counters[i]);
+    prom_caches(out, s);
     prom_clients(out, s);
 }
 

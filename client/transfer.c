@@ -77,22 +77,33 @@ static tf_status upload_inline(tf_client *c, const tf__handle *h, const void *da
     return first_error;
 }
 
-tf_status tf_upload(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape, const void *data,
-                    tf_tensor *out) {
+/*
+ * Creates a tensor: from data (tf_upload), or of zeros when `zeros` is set
+ * (tf_zeros: one Upload that writes nothing; the daemon reads unwritten
+ * bytes as zeros). `what` names the call in messages.
+ */
+static tf_status create_tensor(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape,
+                               const void *data, int zeros, const char *what, tf_tensor *out) {
     if (!c || !out) return TF_ERR_INVALID_ARGUMENT;
     if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
-    if (rank > 0 && !shape) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "upload: shape is NULL");
+    if (rank > 0 && !shape) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "%s: shape is NULL", what);
     tf__handle h = {0};
     tf_status st = tf__check_new_meta(dtype, rank, shape, c->last_error, sizeof c->last_error);
     if (st != TF_OK) return st;
-    if (!data) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "upload: data is NULL");
+    if (!zeros && !data) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "%s: data is NULL", what);
     h.meta.dtype = dtype;
     h.meta.rank = rank;
     for (int i = 0; i < rank; i++) h.meta.shape[i] = shape[i];
     h.id = ++c->next_tensor_id;
-    tf_pinned_buffer *stage = NULL;
-    if ((st = tf__staging_for(c, tf__meta_bytes(&h.meta), &stage)) != TF_OK) return st;
-    st = stage ? tf__staged_upload(c, &h, data, stage) : upload_inline(c, &h, data);
+    if (zeros) {
+        uint64_t seq;
+        if ((st = tf__send_upload(c, &h, 1, 0, NULL, 0, &seq)) == TF_OK)
+            st = tf__recv_result(c, seq, "Upload");
+    } else {
+        tf_pinned_buffer *stage = NULL;
+        if ((st = tf__staging_for(c, tf__meta_bytes(&h.meta), &stage)) != TF_OK) return st;
+        st = stage ? tf__staged_upload(c, &h, data, stage) : upload_inline(c, &h, data);
+    }
     if (st != TF_OK) return st;
     if (tf__id_table_insert(&c->handles, &h) != 0) {
         tf__send_free(c, &h.id, 1);
@@ -100,6 +111,15 @@ tf_status tf_upload(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape
     }
     *out = h.id;
     return tf__ok(c);
+}
+
+tf_status tf_upload(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape, const void *data,
+                    tf_tensor *out) {
+    return create_tensor(c, dtype, rank, shape, data, 0, "upload", out);
+}
+
+tf_status tf_zeros(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape, tf_tensor *out) {
+    return create_tensor(c, dtype, rank, shape, NULL, 1, "zeros", out);
 }
 
 /* 1 when an operation queued but not yet submitted names tensor t. */

@@ -51,27 +51,27 @@ static tf_status check_view(tf_view *v) {
     return TF_OK;
 }
 
-tf_status tf__queue_op(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,
-                       int n_params, const int64_t *params, unsigned flags, tf_scalar alpha,
-                       tf_scalar beta, tf_tensor *out) {
+tf_status tf__view_inputs(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,
+                          const tf_tensor *out, tf__meta *meta) {
     tf_status st = check_view(v);
     if (st != TF_OK) return st;
     tf_client *c = v->client;
     if (!out) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "%s: out is NULL", tf__op_name(kind));
-    tf__meta in_meta[2];
     for (int i = 0; i < n_inputs; i++) {
         tf__handle *h = NULL;
         if ((st = tf__lookup_idle(c, inputs[i], &h)) != TF_OK) return st;
-        in_meta[i] = h->meta;
+        meta[i] = h->meta;
     }
-    tf__handle outh = {0};
-    st = tf__infer_output(kind, in_meta, n_inputs, params, n_params, flags, &outh.meta,
-                          c->last_error, sizeof c->last_error);
-    if (st != TF_OK) return st;
+    return TF_OK;
+}
+
+tf_status tf__queue_push(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,
+                         const tf__meta *out_meta, tf_tensor *out, tf__queued_op **record) {
+    tf_client *c = v->client;
     tf__queued_op *q = queue_slot(c);
     if (!q) return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing %s", tf__op_name(kind));
+    tf__handle outh = {.meta = *out_meta, .pending = 1};
     outh.id = ++c->next_tensor_id;
-    outh.pending = 1;
     if (tf__id_table_insert(&c->handles, &outh) != 0)
         return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing %s", tf__op_name(kind));
     memset(q, 0, sizeof *q);
@@ -79,14 +79,30 @@ tf_status tf__queue_op(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tens
     q->n_inputs = n_inputs;
     for (int i = 0; i < n_inputs; i++) q->inputs[i] = inputs[i];
     q->output = outh.id;
+    c->n_queued++;
+    *out = outh.id;
+    *record = q;
+    return tf__ok(c);
+}
+
+tf_status tf__queue_op(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,
+                       int n_params, const int64_t *params, unsigned flags, tf_scalar alpha,
+                       tf_scalar beta, tf_tensor *out) {
+    tf__meta in_meta[2], out_meta;
+    tf_status st = tf__view_inputs(v, kind, n_inputs, inputs, out, in_meta);
+    if (st != TF_OK) return st;
+    tf_client *c = v->client;
+    st = tf__infer_output(kind, in_meta, n_inputs, params, n_params, flags, &out_meta,
+                          c->last_error, sizeof c->last_error);
+    if (st != TF_OK) return st;
+    tf__queued_op *q;
+    if ((st = tf__queue_push(v, kind, n_inputs, inputs, &out_meta, out, &q)) != TF_OK) return st;
     q->n_params = n_params;
     for (int i = 0; i < n_params; i++) q->params[i] = params[i];
     q->flags = flags;
     q->alpha = alpha;
     q->beta = beta;
-    c->n_queued++;
-    *out = outh.id;
-    return tf__ok(c);
+    return TF_OK;
 }
 
 tf_status tf__queue_free(tf_client *c, tf_tensor t) {

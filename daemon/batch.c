@@ -170,6 +170,36 @@ static tf_status take_contraction(const Tenferro__Op *op, tf__contraction *c, ch
     return TF_OK;
 }
 
+_Static_assert((int)TF__FFT_C2R == TENFERRO__FFT_KIND__FFT_C2R, "fft kinds match the proto");
+_Static_assert((int)TF__FFT_NORM_FORWARD == TENFERRO__FFT_NORM__FFT_NORM_FORWARD,
+               "fft norms match the proto");
+
+/*
+ * Decodes an OP_FFT's descriptor (Op.fft) into f and checks it against the
+ * input with the shared rules; a missing descriptor, or more axes than any
+ * rank has, is refused before anything is copied.
+ */
+static tf_status prepare_fft(const Tenferro__Op *op, const tf__meta *in, tf__fft *f,
+                             tf__meta *out, char *msg, size_t len) {
+    const Tenferro__Fft *w = op->fft;
+    if (!w) {
+        snprintf(msg, len, "fft: the operation carries no Fft descriptor (Op.fft)");
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (w->n_axes > TF_MAX_RANK) {
+        snprintf(msg, len, "fft: %zu axes given: at most %d expected", w->n_axes, TF_MAX_RANK);
+        return TF_ERR_AXIS;
+    }
+    memset(f, 0, sizeof *f);
+    f->kind = (tf__fft_kind)w->kind;
+    f->inverse = w->inverse != 0;
+    f->norm = (tf__fft_norm)w->norm;
+    f->n_axes = (int)w->n_axes;
+    for (size_t i = 0; i < w->n_axes; i++) f->axes[i] = w->axes[i];
+    f->last_length = w->last_length;
+    return tf__infer_fft(f, in, out, msg, len);
+}
+
 /*
  * Validates one compute operation, checks its output against the quotas
  * (`accepted` operations of this batch are ahead of it, not yet on the
@@ -178,7 +208,7 @@ static tf_status take_contraction(const Tenferro__Op *op, tf__contraction *c, ch
 static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accepted, chain *ch,
                             char *msg, size_t len) {
     tf__op_kind kind = (tf__op_kind)op->kind;
-    int arity = tf__op_arity(kind);
+    int arity = kind == TF__OP_FFT ? 1 : tf__op_arity(kind);
     tf__contraction contraction;
     if (kind == TF__OP_CONTRACT) {
         tf_status st = take_contraction(op, &contraction, msg, len);
@@ -229,6 +259,8 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     tf__meta out_meta;
     tf_status st = kind == TF__OP_CONTRACT
                        ? tf__infer_contract(&contraction, in_meta, &out_meta, msg, len)
+                   : kind == TF__OP_FFT
+                       ? prepare_fft(op, &in_meta[0], &d->fft, &out_meta, msg, len)
                        : tf__infer_output(kind, in_meta, arity, op->params, (int)op->n_params,
                                           op->flags, &out_meta, msg, len);
     if (st != TF_OK) {

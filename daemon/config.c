@@ -305,6 +305,26 @@ static int set_priority_class(tfd_options *opt, int priority, const char *value,
     return 0;
 }
 
+/* fftw_planner: how FFTW plans a transform it has not seen. */
+static int set_planner(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)opt;
+    static const char *const names[] = {"estimate", "measure", "patient"};
+    for (int i = 0; i < 3; i++) {
+        if (strcmp(value, names[i]) == 0) {
+            *(tfd_fftw_planner *)field = (tfd_fftw_planner)i;
+            return 0;
+        }
+    }
+    snprintf(err, len, "planner \"%s\" is not estimate, measure or patient", value);
+    return -1;
+}
+
+/* fftw_wisdom: a file path, or empty for no wisdom file. */
+static int set_wisdom(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+    (void)field;
+    return set_string(opt->caches.fftw_wisdom, sizeof opt->caches.fftw_wisdom, value, err, len);
+}
+
 static int set_high(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
     (void)field;
     return set_priority_class(opt, -1, value, err, len);
@@ -351,6 +371,9 @@ static const setting settings[] = {
     {"testing", "fault_injection", "test-fault-injection", AT(test_fault_injection), set_bool, 0,
      "serve the fault-injection operation, which makes the device fault (tests only; false)"},
     {"caches", "contraction_plans", "contraction-plans", AT(contraction_plans), set_u64, 1, "contraction plans kept, least recently used dropped (256; 0 = unbounded)"},
+    {"caches", "fft_plans", "fft-plans", AT(caches.fft_plans), set_u64, 0, "FFT plans kept (LRU bound, 64; 0 = unbounded)"},
+    {"caches", "fftw_planner", "fftw-planner", AT(caches.fftw_planner), set_planner, 0, "estimate, measure or patient (cpu)"},
+    {"caches", "fftw_wisdom", "fftw-wisdom", 0, set_wisdom, 0, "FFTW wisdom file (/var/lib/tenferro/fftw-wisdom; empty = none)"},
 };
 
 #define N_SETTINGS (sizeof settings / sizeof *settings)
@@ -381,6 +404,9 @@ void tfd_options_defaults(tfd_options *opt) {
     opt->log_level = TFD_LOG_INFO;
     opt->busy_poll_us = -1;
     opt->contraction_plans = TFD_CONTRACT_PLANS_DEFAULT;
+    opt->caches.fft_plans = 64;
+    opt->caches.fftw_planner = TFD_FFTW_ESTIMATE;
+    snprintf(opt->caches.fftw_wisdom, sizeof opt->caches.fftw_wisdom, "%s", TFD_DEFAULT_FFTW_WISDOM);
 }
 
 int tfd_config_set(tfd_options *opt, const char *section, const char *key, const char *value,

@@ -13,6 +13,8 @@
 #include "daemon/options.h"
 
 #define TFD_DEFAULT_CONFIG_PATH "/etc/tenferro/tenferrod.conf"
+/* In the service's state directory (StateDirectory=tenferro in tenferrod@.service). */
+#define TFD_DEFAULT_FFTW_WISDOM "/var/lib/tenferro/fftw-wisdom"
 
 /* Fills every option with its default. */
 void tfd_options_defaults(tfd_options *opt);

@@ -10,6 +10,29 @@
 #include "daemon/options.h"
 #include "daemon/server.h"
 
+/* Caches a status reply lists at most (the backend's plan caches). */
+#define MAX_CACHES 8
+
+/* The backend's daemon-wide caches as CacheInfo messages into info[] and ptrs[]; returns how many. */
+static size_t fill_caches(tfd_backend *be, tfd_cache_stats *stats, Tenferro__CacheInfo *info,
+                          Tenferro__CacheInfo **ptrs) {
+    int n = be->vt->caches ? be->vt->caches(be, stats, MAX_CACHES) : 0;
+    if (n < 0) n = 0;
+    if (n > MAX_CACHES) n = MAX_CACHES;
+    for (int i = 0; i < n; i++) {
+        tenferro__cache_info__init(&info[i]);
+        info[i].name = (char *)stats[i].name;
+        info[i].entries = stats[i].entries;
+        info[i].capacity = stats[i].capacity;
+        info[i].hits = stats[i].hits;
+        info[i].misses = stats[i].misses;
+        info[i].evictions = stats[i].evictions;
+        info[i].bytes = stats[i].bytes;
+        ptrs[i] = &info[i];
+    }
+    return (size_t)n;
+}
+
 void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_server *srv = c->srv;
     uint64_t seq = frame->seq;
@@ -117,6 +140,10 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
     reply.uid_quota = &quotas[1];
     reply.draining = srv->draining;
     reply.max_clients = (uint32_t)srv->opt.max_clients;
+    tfd_cache_stats cache_stats[MAX_CACHES];
+    Tenferro__CacheInfo cache_infos[MAX_CACHES], *cache_ptrs[MAX_CACHES];
+    reply.n_caches = fill_caches(&srv->backend, cache_stats, cache_infos, cache_ptrs);
+    reply.caches = cache_ptrs;
 
     Tenferro__Frame out = TENFERRO__FRAME__INIT;
     out.seq = seq;

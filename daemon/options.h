@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/backend/backend.h"
 #include "daemon/reservation.h"
 
 /* Limits on what one client (or all clients of one uid) may hold; 0 means unlimited. */
@@ -62,6 +63,7 @@ typedef struct tfd_options {
     tfd_priority_rule priorities[TFD_MAX_IDS]; /* first match wins; default priority 0 */
     int n_priorities;
     int test_fault_injection; /* [testing] fault_injection: serve OP_TEST_FAULT (tests only) */
+    tfd_cache_config caches; /* [caches]: plan caches of the backend (restart to change) */
 } tfd_options;
 
 /* A setting given on the command line, re-applied over the file at every reload. */

@@ -147,6 +147,10 @@ void tfd_server_reload(tfd_server *srv) {
         tfd_log(TFD_LOG_WARN, "reload: device, workers, max_frame_bytes, socket settings and "
                               "[testing] fault_injection change only at restart; keeping the "
                               "running ones");
+    if (next.caches.fft_plans != cur->caches.fft_plans ||
+        next.caches.fftw_planner != cur->caches.fftw_planner ||
+        strcmp(next.caches.fftw_wisdom, cur->caches.fftw_wisdom) != 0)
+        tfd_log(TFD_LOG_WARN, "reload: [caches] settings change only at restart; keeping the running ones");
     cur->max_clients = next.max_clients;
     cur->max_pinned_bytes = next.max_pinned_bytes;
     cur->log_level = next.log_level;
@@ -227,8 +231,8 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
     signal(SIGPIPE, SIG_IGN);
 
     char msg[512], resolved[32];
-    tf_status st = tfd_backend_select(opt->device, &srv->backend, resolved, sizeof resolved, msg,
-                                      sizeof msg);
+    tf_status st = tfd_backend_select(opt->device, &opt->caches, &srv->backend, resolved,
+                                      sizeof resolved, msg, sizeof msg);
     if (st != TF_OK) {
         tfd_log(TFD_LOG_ERROR, "cannot open device %s: %s", opt->device, msg);
         return 1;

@@ -49,6 +49,24 @@ typedef struct tfd_cache_stats {
     uint64_t entries, capacity, hits, misses, evictions, bytes;
 } tfd_cache_stats;
 
+/* How FFTW plans a transform it has not seen ([caches] fftw_planner, docs/fft.md). */
+typedef enum tfd_fftw_planner {
+    TFD_FFTW_ESTIMATE = 0, /* a heuristic plan at once, never touching the data */
+    TFD_FFTW_MEASURE = 1,  /* times candidate plans on scratch arrays (seconds for large sizes) */
+    TFD_FFTW_PATIENT = 2,  /* times many more (minutes for large sizes) */
+} tfd_fftw_planner;
+
+/*
+ * Settings of the daemon-wide caches ([caches] in tenferrod.conf), read by
+ * open. All zeros is a fine setting for in-process use: unbounded caches,
+ * FFTW estimating its plans, no wisdom file.
+ */
+typedef struct tfd_cache_config {
+    uint64_t fft_plans; /* LRU bound of the FFT plan cache (entries); 0 = unbounded */
+    tfd_fftw_planner fftw_planner;
+    char fftw_wisdom[256]; /* FFTW wisdom file read at open and written back; "" = none */
+} tfd_cache_config;
+
 typedef struct tfd_backend tfd_backend;
 
 /* Every entry returns TF_OK or a typed status and writes a reason into msg when it fails. */
@@ -169,6 +187,7 @@ struct tfd_backend {
     int ordinal;
     char description[256]; /* "cpu (2 cores, OpenBLAS 0.3.21)" */
     void *impl;            /* backend-private device state */
+    tfd_cache_config caches; /* set before open */
 };
 
 /* The CPU backend's vtable (daemon/backend/cpu-backend.c). */

@@ -6,7 +6,8 @@
  * calls it. Because work is complete when a call returns, events carry no
  * state (event_record yields NULL). The kernels themselves live in the
  * cpu-*.c files, one family per file; this file only ties them into the
- * vtable the executor sees.
+ * vtable the executor sees, and makes (at open) and ends (at close) the
+ * backend's one piece of state, the daemon-wide FFTW plan cache.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <cblas.h>
 
 #include "daemon/backend/contract-cache.h"
+#include "daemon/backend/cpu-fft.h"
 #include "daemon/backend/cpu-kernels.h"
 
 /* Alignment and granularity of allocations: one cache line, enough for any SIMD load. */
@@ -60,14 +62,30 @@ static tf_status cpu_open(tfd_backend *be, int ordinal, char *msg, size_t msg_le
         physical_bytes = (size_t)pages * (size_t)page_size;
     char version[64];
     openblas_version(version, sizeof version);
+    tfd_cpu_impl *impl = calloc(1, sizeof *impl);
+    if (impl == NULL) {
+        snprintf(msg, msg_len, "cpu: out of host memory opening the backend");
+        return TF_ERR_NO_MEMORY;
+    }
+    tf_status st = tfd_fftw_cache_open(&be->caches, &impl->fftw, msg, msg_len);
+    if (st != TF_OK) {
+        free(impl);
+        return st;
+    }
     be->ordinal = 0;
-    be->impl = NULL;
+    be->impl = impl;
     snprintf(be->description, sizeof be->description, "cpu (%ld core%s, OpenBLAS %s)", cores,
              cores == 1 ? "" : "s", version);
     return TF_OK;
 }
 
-static void cpu_close(tfd_backend *be) { be->impl = NULL; }
+/* Lets go of the FFTW plans, writing the wisdom back first (cpu-fft-cache.c). */
+static void cpu_close(tfd_backend *be) {
+    tfd_cpu_impl *impl = be->impl;
+    if (impl) tfd_fftw_cache_close(impl->fftw);
+    free(impl);
+    be->impl = NULL;
+}
 
 static tf_status cpu_stream_create(tfd_backend *be, int priority, void **stream) {
     (void)priority;
@@ -167,12 +185,19 @@ static void cpu_event_destroy(tfd_backend *be, void *event) {
 }
 
 /* Host memory is never cached; what trim can give back is the daemon's contraction plans. */
+/* The daemon-wide caches of this backend: the FFTW plans, then the contraction plans. */
+static int cpu_caches(tfd_backend *be, tfd_cache_stats *out, int max) {
+    int n = tfd_cpu_caches(be, out, max);
+    return n + tfd_contract_plans_caches(be, out + n, max - n);
+}
+
+/* tenferroctl trim: the CPU backend keeps no device memory; its plan caches are emptied. */
 static tf_status cpu_trim(tfd_backend *be, char *msg, size_t msg_len) {
-    (void)be;
+    char fft[256];
+    tfd_cpu_trim(be, fft, sizeof fft);
     const uint64_t plans = tfd_plan_cache_clear(tfd_contract_plans());
-    snprintf(msg, msg_len,
-             "the cpu backend keeps no memory to trim; %llu contraction plan%s dropped",
-             (unsigned long long)plans, plans == 1 ? "" : "s");
+    snprintf(msg, msg_len, "%s; %llu contraction plan%s dropped", fft, (unsigned long long)plans,
+             plans == 1 ? "" : "s");
     return TF_OK;
 }
 
@@ -194,11 +219,12 @@ const tfd_backend_vtable tfd_cpu_backend = {
     .reduce = tfd_cpu_reduce,
     .matmul = tfd_cpu_matmul,
     .inject_fault = tfd_cpu_inject_fault,
+    .contract = tfd_cpu_contract,
+    .fft = tfd_cpu_fft,
+    .caches = cpu_caches,
     .event_record = cpu_event_record,
     .event_wait = cpu_event_wait,
     .event_destroy = cpu_event_destroy,
     .health = tfd_cpu_health,
-    .contract = tfd_cpu_contract,
-    .caches = tfd_contract_plans_caches,
     .trim = cpu_trim,
 };

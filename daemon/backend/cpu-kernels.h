@@ -46,6 +46,18 @@ tf_status tfd_cpu_health(tfd_backend *be, char *msg, size_t msg_len);
 /* Binary and unary contractions (OP_CONTRACT) through a cached plan and OpenBLAS (cpu-contract.c). */
 tf_status tfd_cpu_contract(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                            size_t msg_len);
+/* The CPU backend's state behind be->impl (cpu-backend.c makes it at open). */
+typedef struct tfd_cpu_impl {
+    struct tfd_fftw_cache *fftw; /* the daemon-wide FFTW plans (cpu-fft-cache.c) */
+} tfd_cpu_impl;
+
+/* FFTs through FFTW (cpu-fft.c). */
+tf_status tfd_cpu_fft(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                      size_t msg_len);
+/* The backend's daemon-wide caches: the FFTW plans (cpu-fft.c). */
+int tfd_cpu_caches(tfd_backend *be, tfd_cache_stats *out, int max);
+/* Empties the plan caches (tenferroctl trim; cpu-fft.c). */
+tf_status tfd_cpu_trim(tfd_backend *be, char *msg, size_t msg_len);
 
 /* One wording for "this kernel has no loop for this dtype", so clients see consistent errors. */
 static inline tf_status tfd_cpu_dtype_error(const tfd_op *op, tf_dtype dtype, char *msg,

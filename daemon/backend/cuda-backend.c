@@ -2,7 +2,8 @@
  * The CUDA backend: device life cycle, streams, stream-ordered memory, copies,
  * completion events, and the validation and dispatch of the operation
  * families (kernels in cuda-kernels.cu, matrix products in cuda-matmul.c,
- * the fault-injection kernel of the tests in cuda-fault.cu).
+ * the fault-injection kernel of the tests in cuda-fault.cu, contractions in
+ * cuda-contract.c, FFTs and their plan cache in cuda-fft.c).
  *
  * Everything is asynchronous on the logical stream's CUDA stream: operations
  * are launches, copies are cudaMemcpyAsync, and memory comes from each
@@ -40,6 +41,7 @@
 #include "daemon/backend/contract-cache.h"
 #include "daemon/backend/cuda-backend.h"
 #include "daemon/backend/cuda-check.h"
+#include "daemon/backend/cuda-fft.h"
 #include "daemon/backend/cuda-internal.h"
 #include "daemon/backend/cuda-kernels.h"
 #include "daemon/log.h"
@@ -67,6 +69,7 @@ typedef struct cuda_impl {
     int n_free_streams;
     cudaEvent_t free_events[EVENT_POOL_MAX];
     int n_free_events;
+    tfd_cuda_fft *fft; /* the daemon-wide cuFFT plans (cuda-fft.c) */
 } cuda_impl;
 
 /* ---- errors ---- */
@@ -365,6 +368,9 @@ static tf_status cuda_open(tfd_backend *be, int ordinal, char *msg, size_t msg_l
         impl->n_free_streams++;
     }
 
+    st = tfd_cuda_fft_open(&be->caches, &impl->fft, msg, msg_len);
+    if (st != TF_OK) goto fail;
+
     int driver = 0;
     if (cudaDriverGetVersion(&driver) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -379,6 +385,7 @@ static tf_status cuda_open(tfd_backend *be, int ordinal, char *msg, size_t msg_l
     return TF_OK;
 
 fail:
+    tfd_cuda_fft_close(impl->fft, !atomic_load(&poisoned));
     drain_pools(impl, !atomic_load(&poisoned));
     tfd_cuda_heap_destroy(&impl->heap);
     pthread_mutex_destroy(&impl->lock);
@@ -403,6 +410,7 @@ static void cuda_close(tfd_backend *be) {
     } else {
         log_failure("close", st, msg);
     }
+    tfd_cuda_fft_close(impl->fft, device_ok);
     pthread_mutex_lock(&impl->lock);
     drain_pools(impl, device_ok);
     pthread_mutex_unlock(&impl->lock);
@@ -868,6 +876,22 @@ static tf_status cuda_contract(tfd_backend *be, void *stream, const tfd_op *op, 
     return tfd_cuda_contract(stream, ((cuda_impl *)be->impl)->sm_count, op, msg, msg_len);
 }
 
+/* FFTs go through cuFFT with the daemon-wide plan cache (cuda-fft.c). */
+static tf_status cuda_fft(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
+                          size_t msg_len) {
+    tf_status st = begin_op(be, stream, op, 1, msg, msg_len);
+    if (st != TF_OK) return st;
+    const cuda_impl *impl = be->impl;
+    return tfd_cuda_fft_run(impl->fft, stream, op, impl->sm_count, msg, msg_len);
+}
+
+/* The backend's daemon-wide caches: the cuFFT plans, then the contraction plans. */
+static int cuda_caches(tfd_backend *be, tfd_cache_stats *out, int max) {
+    const cuda_impl *impl = be->impl;
+    int n = impl ? tfd_cuda_fft_caches(impl->fft, out, max) : 0;
+    return n + tfd_contract_plans_caches(be, out + n, max - n);
+}
+
 /* ---- completion ---- */
 
 /*
@@ -953,6 +977,8 @@ static tf_status cuda_trim(tfd_backend *be, char *msg, size_t msg_len) {
     tf_status st = enter(impl, msg, msg_len);
     if (st != TF_OK) return st;
     uint64_t before = 0, after = 0;
+    /* The plans' own memory goes when the next FFT destroys them (that waits for the device). */
+    const uint64_t plans = tfd_cuda_fft_clear(impl->fft);
     const size_t cached = tfd_cuda_heap_release(&impl->heap);
     TFD_CUDA_CHECK_RET(
         cudaMemPoolGetAttribute(impl->pool, cudaMemPoolAttrReservedMemCurrent, &before), msg,
@@ -961,12 +987,14 @@ static tf_status cuda_trim(tfd_backend *be, char *msg, size_t msg_len) {
     TFD_CUDA_CHECK_RET(
         cudaMemPoolGetAttribute(impl->pool, cudaMemPoolAttrReservedMemCurrent, &after), msg,
         msg_len);
-    const uint64_t plans = tfd_plan_cache_clear(tfd_contract_plans());
+    const uint64_t contractions = tfd_plan_cache_clear(tfd_contract_plans());
     snprintf(msg, msg_len,
-             "cuda:%d stream caches gave back %zu bytes; memory pool trimmed: %llu bytes "
-             "reserved before, %llu after; %llu contraction plan%s dropped",
-             impl->ordinal, cached, (unsigned long long)before, (unsigned long long)after,
-             (unsigned long long)plans, plans == 1 ? "" : "s");
+             "cuda:%d fft_plans emptied (%llu plan%s let go); stream caches gave back %zu bytes; "
+             "memory pool trimmed: %llu bytes reserved before, %llu after; %llu contraction plan%s "
+             "dropped",
+             impl->ordinal, (unsigned long long)plans, plans == 1 ? "" : "s", cached,
+             (unsigned long long)before, (unsigned long long)after,
+             (unsigned long long)contractions, contractions == 1 ? "" : "s");
     return TF_OK;
 }
 
@@ -1025,6 +1053,10 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .inject_fault = cuda_inject_fault,
     .contract = cuda_contract,
     .caches = tfd_contract_plans_caches,
+}
+
+    .fft = cuda_fft,
+    .caches = cuda_caches,
     .event_record = cuda_event_record,
     .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,

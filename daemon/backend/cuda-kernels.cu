@@ -1,6 +1,7 @@
 /*
  * Kernels of the CUDA backend: elementwise (binary, unary, scale/axpby),
- * permute and reductions, for f32, f64, c64 and c128.
+ * permute and reductions, for f32, f64, c64 and c128, and the scaling pass
+ * of the FFTs (cuda-fft.c).
  *
  * The CPU backend (cpu-*.c) defines the semantics; these kernels match it
  * within dtype tolerance. Complex numbers are a two-member struct with the
@@ -1037,6 +1038,13 @@ cudaError_t reduce_typed(const tfd_op *op, int sm, cudaStream_t st) {
     return run_strided<OpT, In, A, Out>(x, g, nout, nred, out, sm, st);
 }
 
+/* FFT normalization: x[i] *= s in place over n real components (cuFFT leaves outputs unscaled). */
+template <typename T>
+__global__ void fft_scale_kernel(int64_t n, T *x, T s) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] *= s;
+}
+
 }  // namespace
 
 /* ------------------------------------------------------------- launchers */
@@ -1164,4 +1172,17 @@ extern "C" cudaError_t tfd_cuda_launch_reduce(const tfd_op *op, int sm_count,
     default: break;
     }
     return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t tfd_cuda_launch_fft_scale(void *data, int64_t n, int is_double, double s,
+                                                 int sm_count, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (data == nullptr) return cudaErrorInvalidValue;
+    if (is_double)
+        fft_scale_kernel<double><<<grid_for(n, sm_count), kBlock, 0, stream>>>(
+            n, static_cast<double *>(data), s);
+    else
+        fft_scale_kernel<float><<<grid_for(n, sm_count), kBlock, 0, stream>>>(
+            n, static_cast<float *>(data), (float)s);
+    return cudaGetLastError();
 }

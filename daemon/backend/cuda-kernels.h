@@ -49,6 +49,14 @@ cudaError_t tfd_cuda_launch_reduce(const tfd_op *op, int sm_count, cudaStream_t 
  */
 cudaError_t tfd_cuda_launch_fault(cudaStream_t stream);
 
+/*
+ * Multiplies n real components (a complex tensor has two per element) of
+ * data in place by s, in double or single precision: the normalization of
+ * an FFT (cuda-fft.c).
+ */
+cudaError_t tfd_cuda_launch_fft_scale(void *data, int64_t n, int is_double, double s, int sm_count,
+                                      cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,27 +12,30 @@ int tfd_cuda_device_count(void);
 extern const tfd_backend_vtable tfd_cuda_backend;
 #endif
 
-static tf_status open_cpu(tfd_backend *be, char *resolved, size_t rlen, char *msg, size_t mlen) {
+static tf_status open_cpu(tfd_backend *be, const tfd_cache_config *caches, char *resolved,
+                          size_t rlen, char *msg, size_t mlen) {
     memset(be, 0, sizeof *be);
     be->vt = &tfd_cpu_backend;
+    be->caches = *caches;
     snprintf(resolved, rlen, "cpu");
     return be->vt->open(be, 0, msg, mlen);
 }
 
-tf_status tfd_backend_select(const char *device, tfd_backend *be, char *resolved,
-                             size_t resolved_len, char *msg, size_t msg_len) {
-    if (strcmp(device, "cpu") == 0) return open_cpu(be, resolved, resolved_len, msg, msg_len);
+tf_status tfd_backend_select(const char *device, const tfd_cache_config *caches, tfd_backend *be,
+                             char *resolved, size_t resolved_len, char *msg, size_t msg_len) {
+    if (strcmp(device, "cpu") == 0)
+        return open_cpu(be, caches, resolved, resolved_len, msg, msg_len);
     if (strcmp(device, "auto") == 0) {
 #ifdef TFD_HAVE_CUDA
         if (tfd_cuda_device_count() > 0) {
             tfd_log(TFD_LOG_INFO, "--device auto: a CUDA GPU is present, using cuda:0");
-            return tfd_backend_select("cuda:0", be, resolved, resolved_len, msg, msg_len);
+            return tfd_backend_select("cuda:0", caches, be, resolved, resolved_len, msg, msg_len);
         }
         tfd_log(TFD_LOG_INFO, "--device auto: no CUDA GPU found, using the CPU backend");
 #else
         tfd_log(TFD_LOG_INFO, "--device auto: built without CUDA, using the CPU backend");
 #endif
-        return open_cpu(be, resolved, resolved_len, msg, msg_len);
+        return open_cpu(be, caches, resolved, resolved_len, msg, msg_len);
     }
     if (strncmp(device, "cuda:", 5) == 0) {
         char *end;
@@ -57,6 +60,7 @@ tf_status tfd_backend_select(const char *device, tfd_backend *be, char *resolved
         }
         memset(be, 0, sizeof *be);
         be->vt = &tfd_cuda_backend;
+        be->caches = *caches;
         snprintf(resolved, resolved_len, "%ld", ordinal);
         return be->vt->open(be, (int)ordinal, msg, msg_len);
 #else

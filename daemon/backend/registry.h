@@ -9,11 +9,12 @@
 #include "daemon/backend/backend.h"
 
 /*
- * Opens the backend named by `device` into *be. On success writes the
+ * Opens the backend named by `device` into *be, with the cache settings
+ * `caches`. On success writes the
  * resolved device name ("cpu", "0" for cuda:0) into resolved. On failure
  * returns a typed status and a message that says what was found and what to do.
  */
-tf_status tfd_backend_select(const char *device, tfd_backend *be, char *resolved,
-                             size_t resolved_len, char *msg, size_t msg_len);
+tf_status tfd_backend_select(const char *device, const tfd_cache_config *caches, tfd_backend *be,
+                             char *resolved, size_t resolved_len, char *msg, size_t msg_len);
 
 #endif

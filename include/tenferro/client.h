@@ -61,6 +61,13 @@ TF_EXTERN tf_status tf_upload(tf_client *client, tf_dtype dtype, int rank, const
                               const void *data, tf_tensor *out);
 
 /*
+ * Creates a tensor of zeros on the device without sending any data (one
+ * small request): an input made on the device, an accumulator.
+ */
+TF_EXTERN tf_status tf_zeros(tf_client *client, tf_dtype dtype, int rank, const int64_t *shape,
+                             tf_tensor *out);
+
+/*
  * Copies a tensor's value to a new malloc'd buffer (*data, release with
  * free()) of *bytes bytes, after everything queued before it has run.
  */
