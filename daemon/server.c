@@ -168,7 +168,7 @@ void tfd_server_reload(tfd_server *srv) {
     cur->busy_poll_us = next.busy_poll_us;
     apply_busy_poll(srv);
     cur->contraction_plans = next.contraction_plans;
-    tfd_plan_cache_set_capacity(tfd_contract_plans(), cur->contraction_plans);
+    tfd_contract_cache_set_capacity(tfd_contract_plans(), cur->contraction_plans);
     tfd_log(TFD_LOG_INFO, "configuration reloaded from %s",
             srv->startup.config_path[0] ? srv->startup.config_path : "the command line");
     tfd_notify_reloaded();
@@ -257,7 +257,7 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
     }
     tfd_executor_on_device_lost(srv->ex, on_device_lost, srv);
     apply_busy_poll(srv);
-    tfd_plan_cache_set_capacity(tfd_contract_plans(), srv->opt.contraction_plans);
+    tfd_contract_cache_set_capacity(tfd_contract_plans(), srv->opt.contraction_plans);
     tfd_executor_set_busy_poll(srv->ex, &srv->busy_poll);
 
     ensure_parent_dir(srv->opt.socket_path);

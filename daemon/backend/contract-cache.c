@@ -85,7 +85,7 @@ static void canonical(const tf__contraction *c, const tf__meta *in, plan_key *k,
     for (int j = 0; j < c->out_rank; j++) k->out[j] = renamed->out[j] = name[c->out[j]];
 }
 
-int tfd_plan_cache_init(tfd_plan_cache *pc, uint64_t capacity) {
+int tfd_contract_cache_init(tfd_contract_cache *pc, uint64_t capacity) {
     memset(pc, 0, sizeof *pc);
     if (pthread_mutex_init(&pc->lock, NULL) != 0) return -1;
     pc->capacity = capacity;
@@ -93,7 +93,7 @@ int tfd_plan_cache_init(tfd_plan_cache *pc, uint64_t capacity) {
 }
 
 /* Unlinks an entry from its bucket and the LRU list; the caller frees it. */
-static void unlink_entry(tfd_plan_cache *pc, tfd_plan_entry *e) {
+static void unlink_entry(tfd_contract_cache *pc, tfd_plan_entry *e) {
     tfd_plan_entry **at = &pc->buckets[e->hash & (pc->n_buckets - 1)];
     while (*at != e) at = &(*at)->chain;
     *at = e->chain;
@@ -103,7 +103,7 @@ static void unlink_entry(tfd_plan_cache *pc, tfd_plan_entry *e) {
 }
 
 /* Makes e the most recently used entry. */
-static void push_newest(tfd_plan_cache *pc, tfd_plan_entry *e) {
+static void push_newest(tfd_contract_cache *pc, tfd_plan_entry *e) {
     e->older = pc->newest;
     e->newer = NULL;
     if (pc->newest) pc->newest->newer = e;
@@ -112,7 +112,7 @@ static void push_newest(tfd_plan_cache *pc, tfd_plan_entry *e) {
 }
 
 /* Evicts the least recently used entries until the bound holds. */
-static void enforce_bound(tfd_plan_cache *pc) {
+static void enforce_bound(tfd_contract_cache *pc) {
     while (pc->capacity && pc->entries > pc->capacity && pc->oldest) {
         tfd_plan_entry *e = pc->oldest;
         unlink_entry(pc, e);
@@ -122,7 +122,7 @@ static void enforce_bound(tfd_plan_cache *pc) {
 }
 
 /* Doubles the bucket array (or makes the first one); leaves the table as it was without memory. */
-static void grow(tfd_plan_cache *pc) {
+static void grow(tfd_contract_cache *pc) {
     size_t n = pc->n_buckets ? pc->n_buckets * 2 : INITIAL_BUCKETS;
     tfd_plan_entry **b = calloc(n, sizeof *b);
     if (!b) return;
@@ -138,14 +138,14 @@ static void grow(tfd_plan_cache *pc) {
 }
 
 /* The entry of key k (hash h), or NULL; the caller holds the lock. */
-static tfd_plan_entry *find(tfd_plan_cache *pc, const plan_key *k, uint64_t h) {
+static tfd_plan_entry *find(tfd_contract_cache *pc, const plan_key *k, uint64_t h) {
     if (!pc->n_buckets) return NULL;
     for (tfd_plan_entry *e = pc->buckets[h & (pc->n_buckets - 1)]; e; e = e->chain)
         if (e->hash == h && memcmp(&e->key, k, sizeof *k) == 0) return e;
     return NULL;
 }
 
-tf_status tfd_plan_cache_get(tfd_plan_cache *pc, const tf__contraction *c, const tf__meta *in,
+tf_status tfd_contract_cache_get(tfd_contract_cache *pc, const tf__contraction *c, const tf__meta *in,
                              tf__meta *out, tfd_contract_plan *plan, char *msg, size_t msg_len) {
     tf__meta o;
     tf_status st = tf__infer_contract(c, in, &o, msg, msg_len);
@@ -201,14 +201,14 @@ tf_status tfd_plan_cache_get(tfd_plan_cache *pc, const tf__contraction *c, const
     return TF_OK;
 }
 
-void tfd_plan_cache_set_capacity(tfd_plan_cache *pc, uint64_t capacity) {
+void tfd_contract_cache_set_capacity(tfd_contract_cache *pc, uint64_t capacity) {
     pthread_mutex_lock(&pc->lock);
     __atomic_store_n(&pc->capacity, capacity, __ATOMIC_RELAXED);
     enforce_bound(pc);
     pthread_mutex_unlock(&pc->lock);
 }
 
-uint64_t tfd_plan_cache_clear(tfd_plan_cache *pc) {
+uint64_t tfd_contract_cache_clear(tfd_contract_cache *pc) {
     pthread_mutex_lock(&pc->lock);
     uint64_t n = 0;
     while (pc->oldest) {
@@ -221,15 +221,15 @@ uint64_t tfd_plan_cache_clear(tfd_plan_cache *pc) {
     return n;
 }
 
-void tfd_plan_cache_destroy(tfd_plan_cache *pc) {
-    tfd_plan_cache_clear(pc);
+void tfd_contract_cache_destroy(tfd_contract_cache *pc) {
+    tfd_contract_cache_clear(pc);
     free(pc->buckets);
     pc->buckets = NULL;
     pc->n_buckets = 0;
     pthread_mutex_destroy(&pc->lock);
 }
 
-void tfd_plan_cache_stats(tfd_plan_cache *pc, tfd_cache_stats *out) {
+void tfd_contract_cache_stats(tfd_contract_cache *pc, tfd_cache_stats *out) {
     memset(out, 0, sizeof *out);
     out->name = "contraction_plans";
     out->entries = read_counter(&pc->entries);
@@ -242,12 +242,12 @@ void tfd_plan_cache_stats(tfd_plan_cache *pc, tfd_cache_stats *out) {
 
 /* ---- the daemon-wide cache ---- */
 
-static tfd_plan_cache daemon_plans = {
+static tfd_contract_cache daemon_plans = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .capacity = TFD_CONTRACT_PLANS_DEFAULT,
 };
 
-tfd_plan_cache *tfd_contract_plans(void) { return &daemon_plans; }
+tfd_contract_cache *tfd_contract_plans(void) { return &daemon_plans; }
 
 /* The metadata of a kernel's tensor view. */
 static tf__meta meta_of(const tfd_tensor_view *v) {
@@ -270,7 +270,7 @@ tf_status tfd_contract_plan_of(const tfd_op *op, tfd_contract_plan *plan, char *
     }
     tf__meta in[2] = {meta_of(&op->in[0]), meta_of(&op->in[1])};
     tf__meta out;
-    tf_status st = tfd_plan_cache_get(&daemon_plans, &op->contract, in, &out, plan, msg, msg_len);
+    tf_status st = tfd_contract_cache_get(&daemon_plans, &op->contract, in, &out, plan, msg, msg_len);
     if (st != TF_OK) return st;
     int same = out.dtype == op->out.dtype && out.rank == op->out.rank;
     for (int j = 0; same && j < out.rank; j++) same = out.shape[j] == op->out.shape[j];
@@ -284,6 +284,6 @@ tf_status tfd_contract_plan_of(const tfd_op *op, tfd_contract_plan *plan, char *
 int tfd_contract_plans_caches(tfd_backend *be, tfd_cache_stats *out, int max) {
     (void)be;
     if (max < 1 || out == NULL) return 0;
-    tfd_plan_cache_stats(&daemon_plans, &out[0]);
+    tfd_contract_cache_stats(&daemon_plans, &out[0]);
     return 1;
 }

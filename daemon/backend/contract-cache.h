@@ -23,20 +23,20 @@ typedef struct tfd_plan_entry tfd_plan_entry;
  * also written under it but read without it (atomically), so status never
  * waits for a planner.
  */
-typedef struct tfd_plan_cache {
+typedef struct tfd_contract_cache {
     pthread_mutex_t lock;
     tfd_plan_entry **buckets;
     size_t n_buckets;
     tfd_plan_entry *newest, *oldest;
     uint64_t capacity; /* entries kept at most; 0 = unbounded */
     uint64_t entries, hits, misses, evictions;
-} tfd_plan_cache;
+} tfd_contract_cache;
 
 /* Prepares an empty cache of `capacity` entries (0 = unbounded); 0, or -1 without a mutex. */
-int tfd_plan_cache_init(tfd_plan_cache *pc, uint64_t capacity);
+int tfd_contract_cache_init(tfd_contract_cache *pc, uint64_t capacity);
 
 /* Frees every entry and the cache's own state. */
-void tfd_plan_cache_destroy(tfd_plan_cache *pc);
+void tfd_contract_cache_destroy(tfd_contract_cache *pc);
 
 /*
  * The plan of contraction c over inputs `in` (checked by tf__infer_contract,
@@ -46,22 +46,22 @@ void tfd_plan_cache_destroy(tfd_plan_cache *pc);
  * `xy,yz->xz` over equal shapes share one plan. A plan that cannot be cached
  * (no memory) is still returned.
  */
-tf_status tfd_plan_cache_get(tfd_plan_cache *pc, const tf__contraction *c, const tf__meta *in,
+tf_status tfd_contract_cache_get(tfd_contract_cache *pc, const tf__contraction *c, const tf__meta *in,
                              tf__meta *out, tfd_contract_plan *plan, char *msg, size_t msg_len);
 
 /* Sets the LRU bound, evicting the least recently used entries beyond it. */
-void tfd_plan_cache_set_capacity(tfd_plan_cache *pc, uint64_t capacity);
+void tfd_contract_cache_set_capacity(tfd_contract_cache *pc, uint64_t capacity);
 
 /* Drops every entry (the counters of hits, misses and evictions stay); returns how many. */
-uint64_t tfd_plan_cache_clear(tfd_plan_cache *pc);
+uint64_t tfd_contract_cache_clear(tfd_contract_cache *pc);
 
 /* What the cache holds and how it was used, named "contraction_plans". */
-void tfd_plan_cache_stats(tfd_plan_cache *pc, tfd_cache_stats *out);
+void tfd_contract_cache_stats(tfd_contract_cache *pc, tfd_cache_stats *out);
 
 /* ---- the daemon-wide cache every backend plans through ---- */
 
 /* The daemon's one contraction plan cache (bound TFD_CONTRACT_PLANS_DEFAULT until configured). */
-tfd_plan_cache *tfd_contract_plans(void);
+tfd_contract_cache *tfd_contract_plans(void);
 
 /*
  * The plan of one validated OP_CONTRACT item, through the daemon-wide cache,

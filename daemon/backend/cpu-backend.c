@@ -195,7 +195,7 @@ static int cpu_caches(tfd_backend *be, tfd_cache_stats *out, int max) {
 static tf_status cpu_trim(tfd_backend *be, char *msg, size_t msg_len) {
     char fft[256];
     tfd_cpu_trim(be, fft, sizeof fft);
-    const uint64_t plans = tfd_plan_cache_clear(tfd_contract_plans());
+    const uint64_t plans = tfd_contract_cache_clear(tfd_contract_plans());
     snprintf(msg, msg_len, "%s; %llu contraction plan%s dropped", fft, (unsigned long long)plans,
              plans == 1 ? "" : "s");
     return TF_OK;

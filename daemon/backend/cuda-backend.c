@@ -987,7 +987,7 @@ static tf_status cuda_trim(tfd_backend *be, char *msg, size_t msg_len) {
     TFD_CUDA_CHECK_RET(
         cudaMemPoolGetAttribute(impl->pool, cudaMemPoolAttrReservedMemCurrent, &after), msg,
         msg_len);
-    const uint64_t contractions = tfd_plan_cache_clear(tfd_contract_plans());
+    const uint64_t contractions = tfd_contract_cache_clear(tfd_contract_plans());
     snprintf(msg, msg_len,
              "cuda:%d fft_plans emptied (%llu plan%s let go); stream caches gave back %zu bytes; "
              "memory pool trimmed: %llu bytes reserved before, %llu after; %llu contraction plan%s "
@@ -1052,9 +1052,6 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .matmul = cuda_matmul,
     .inject_fault = cuda_inject_fault,
     .contract = cuda_contract,
-    .caches = tfd_contract_plans_caches,
-}
-
     .fft = cuda_fft,
     .caches = cuda_caches,
     .event_record = cuda_event_record,

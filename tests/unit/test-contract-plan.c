@@ -299,21 +299,21 @@ END_TEST
 
 /* ---- the cache ---- */
 
-static tfd_cache_stats stats_of(tfd_plan_cache *pc) {
+static tfd_cache_stats stats_of(tfd_contract_cache *pc) {
     tfd_cache_stats s;
-    tfd_plan_cache_stats(pc, &s);
+    tfd_contract_cache_stats(pc, &s);
     ck_assert_str_eq(s.name, "contraction_plans");
     return s;
 }
 
-static void get_ok(tfd_plan_cache *pc, const cc_case *k) {
+static void get_ok(tfd_contract_cache *pc, const cc_case *k) {
     tfd_contract_plan p;
     char msg[256] = "";
-    tf_status st = tfd_plan_cache_get(pc, &k->c, k->in, NULL, &p, msg, sizeof msg);
+    tf_status st = tfd_contract_cache_get(pc, &k->c, k->in, NULL, &p, msg, sizeof msg);
     ck_assert_msg(st == TF_OK, "%s: %s", k->text, msg);
 }
 
-static void expect_counts(tfd_plan_cache *pc, uint64_t hits, uint64_t misses, uint64_t evictions,
+static void expect_counts(tfd_contract_cache *pc, uint64_t hits, uint64_t misses, uint64_t evictions,
                           uint64_t entries) {
     tfd_cache_stats s = stats_of(pc);
     ck_assert_msg(s.hits == hits && s.misses == misses && s.evictions == evictions &&
@@ -326,8 +326,8 @@ static void expect_counts(tfd_plan_cache *pc, uint64_t hits, uint64_t misses, ui
 }
 
 START_TEST(test_cache_lru) {
-    tfd_plan_cache pc;
-    ck_assert_int_eq(tfd_plan_cache_init(&pc, 3), 0);
+    tfd_contract_cache pc;
+    ck_assert_int_eq(tfd_contract_cache_init(&pc, 3), 0);
     cc_case k[4];
     for (int i = 0; i < 4; i++) k[i] = make_case("ij,jk->ik", 2 + i, NULL, 0, TF_F64, 0, 0);
     for (int i = 0; i < 3; i++) get_ok(&pc, &k[i]);
@@ -345,21 +345,21 @@ START_TEST(test_cache_lru) {
     tfd_cache_stats s = stats_of(&pc);
     ck_assert_uint_eq(s.capacity, 3);
     ck_assert_uint_gt(s.bytes, 3 * sizeof(tfd_contract_plan) - 1);
-    tfd_plan_cache_set_capacity(&pc, 1);
+    tfd_contract_cache_set_capacity(&pc, 1);
     expect_counts(&pc, 3, 5, 4, 1);
     get_ok(&pc, &k[3]); /* the newest survived */
     expect_counts(&pc, 4, 5, 4, 1);
-    ck_assert_uint_eq(tfd_plan_cache_clear(&pc), 1);
+    ck_assert_uint_eq(tfd_contract_cache_clear(&pc), 1);
     expect_counts(&pc, 4, 5, 4, 0);
     ck_assert_uint_eq(stats_of(&pc).bytes, 0);
-    tfd_plan_cache_destroy(&pc);
+    tfd_contract_cache_destroy(&pc);
 }
 END_TEST
 
 /* Unbounded (capacity 0) keeps everything, growing its table. */
 START_TEST(test_cache_unbounded) {
-    tfd_plan_cache pc;
-    ck_assert_int_eq(tfd_plan_cache_init(&pc, 0), 0);
+    tfd_contract_cache pc;
+    ck_assert_int_eq(tfd_contract_cache_init(&pc, 0), 0);
     for (int i = 1; i <= 300; i++) {
         int64_t size[26];
         for (int l = 0; l < 26; l++) size[l] = 1 + i % 17;
@@ -369,14 +369,14 @@ START_TEST(test_cache_unbounded) {
         get_ok(&pc, &k);
     }
     expect_counts(&pc, 0, 300, 0, 300);
-    tfd_plan_cache_destroy(&pc);
+    tfd_contract_cache_destroy(&pc);
 }
 END_TEST
 
 /* What makes two contractions the same plan, and what does not. */
 START_TEST(test_cache_keys) {
-    tfd_plan_cache pc;
-    ck_assert_int_eq(tfd_plan_cache_init(&pc, 64), 0);
+    tfd_contract_cache pc;
+    ck_assert_int_eq(tfd_contract_cache_init(&pc, 64), 0);
     get_ok(&pc, (cc_case[]){make_case("ab,bc->ac", 4, NULL, 0, TF_C64, 0, 0)});
     get_ok(&pc, (cc_case[]){make_case("xy,yz->xz", 4, NULL, 0, TF_C64, 0, 0)});
     expect_counts(&pc, 1, 1, 0, 1); /* renamed labels: the same plan */
@@ -396,10 +396,10 @@ START_TEST(test_cache_keys) {
     bad.in[1].dtype = TF_F32;
     tfd_contract_plan p;
     char msg[256];
-    ck_assert_int_eq(tfd_plan_cache_get(&pc, &bad.c, bad.in, NULL, &p, msg, sizeof msg),
+    ck_assert_int_eq(tfd_contract_cache_get(&pc, &bad.c, bad.in, NULL, &p, msg, sizeof msg),
                      TF_ERR_DTYPE);
     expect_counts(&pc, 2, 6, 0, 6);
-    tfd_plan_cache_destroy(&pc);
+    tfd_contract_cache_destroy(&pc);
 }
 END_TEST
 
@@ -408,7 +408,7 @@ END_TEST
 #define LOOKUPS 2000
 #define DISTINCT 24
 
-static tfd_plan_cache shared_cache;
+static tfd_contract_cache shared_cache;
 static cc_case shared_cases[DISTINCT];
 static tfd_contract_plan direct_plans[DISTINCT];
 
@@ -425,7 +425,7 @@ static void *planner_thread(void *arg) {
         const int which = (int)(x % DISTINCT);
         tfd_contract_plan p;
         char msg[256];
-        if (tfd_plan_cache_get(&shared_cache, &shared_cases[which].c, shared_cases[which].in, NULL,
+        if (tfd_contract_cache_get(&shared_cache, &shared_cases[which].c, shared_cases[which].in, NULL,
                                &p, msg, sizeof msg) != TF_OK ||
             !same_plan(&p, &direct_plans[which]))
             return (void *)1;
@@ -434,7 +434,7 @@ static void *planner_thread(void *arg) {
 }
 
 START_TEST(test_cache_threads) {
-    ck_assert_int_eq(tfd_plan_cache_init(&shared_cache, DISTINCT / 2), 0);
+    ck_assert_int_eq(tfd_contract_cache_init(&shared_cache, DISTINCT / 2), 0);
     static const char *const specs[3] = {"abcd,cdef->aebf", "acbd,dcef->abef", "bij,bjk->bik"};
     for (int i = 0; i < DISTINCT; i++) {
         shared_cases[i] = make_case(specs[i % 3], 2 + i / 3, NULL, 0, TF_C128, i & 1, 0);
@@ -453,7 +453,7 @@ START_TEST(test_cache_threads) {
     ck_assert_uint_le(s.entries, DISTINCT / 2);
     ck_assert_uint_gt(s.hits, 0);
     ck_assert_uint_gt(s.evictions, 0);
-    tfd_plan_cache_destroy(&shared_cache);
+    tfd_contract_cache_destroy(&shared_cache);
 }
 END_TEST
 

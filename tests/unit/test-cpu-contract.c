@@ -276,24 +276,35 @@ START_TEST(test_inconsistent_items) {
 }
 END_TEST
 
+/* The contraction_plans entry of the backend's caches (it lists the FFT plans too); 1 when found. */
+static int contract_stats(tfd_cache_stats *out) {
+    tfd_cache_stats all[8];
+    int n = be.vt->caches(&be, all, 8);
+    for (int i = 0; i < n; i++)
+        if (strcmp(all[i].name, "contraction_plans") == 0) {
+            *out = all[i];
+            return 1;
+        }
+    return 0;
+}
+
 /* The daemon-wide cache through the backend: a repeat is a hit, trim empties it. */
 START_TEST(test_plan_cache_through_backend) {
     ck_assert_ptr_nonnull(be.vt->caches);
-    tfd_plan_cache_clear(tfd_contract_plans()); /* CK_FORK=no runs every test in one process */
+    tfd_contract_cache_clear(tfd_contract_plans()); /* CK_FORK=no runs every test in one process */
     tfd_cache_stats before, after;
-    ck_assert_int_eq(be.vt->caches(&be, &before, 1), 1);
-    ck_assert_str_eq(before.name, "contraction_plans");
+    ck_assert_int_eq(contract_stats(&before), 1);
     int64_t size[26];
     for (int l = 0; l < 26; l++) size[l] = 2 + l % 3;
     cc_case k;
     ck_assert_int_eq(cc_from_spec("abc,cbd->da", size, TF_C64, 1, 0, &k), TF_OK);
     check_case(&k);
-    ck_assert_int_eq(be.vt->caches(&be, &after, 1), 1);
+    ck_assert_int_eq(contract_stats(&after), 1);
     ck_assert_uint_eq(after.misses, before.misses + 1);
     ck_assert_uint_eq(after.hits, before.hits);
     ck_assert_uint_eq(after.entries, 1);
     check_case(&k);
-    ck_assert_int_eq(be.vt->caches(&be, &after, 1), 1);
+    ck_assert_int_eq(contract_stats(&after), 1);
     ck_assert_uint_eq(after.hits, before.hits + 1);
     ck_assert_uint_eq(after.misses, before.misses + 1);
     ck_assert_uint_gt(after.bytes, 0);
@@ -301,10 +312,10 @@ START_TEST(test_plan_cache_through_backend) {
     ck_assert_ptr_nonnull(be.vt->trim);
     ck_assert_int_eq(be.vt->trim(&be, msg, sizeof msg), TF_OK);
     ck_assert_msg(strstr(msg, "contraction plan"), "trim said: %s", msg);
-    ck_assert_int_eq(be.vt->caches(&be, &after, 1), 1);
+    ck_assert_int_eq(contract_stats(&after), 1);
     ck_assert_uint_eq(after.entries, 0);
     check_case(&k); /* planned again after the trim */
-    ck_assert_int_eq(be.vt->caches(&be, &after, 1), 1);
+    ck_assert_int_eq(contract_stats(&after), 1);
     ck_assert_uint_eq(after.misses, before.misses + 2);
 }
 END_TEST
