@@ -200,6 +200,13 @@ static tf_status launch(const fft_plans *p, tfd_cuda_stream *s, const tfd_op *op
                         void *work, char *msg, size_t msg_len) {
     tf_status st = TF_OK;
     const int dbl = op->in[0].dtype == TF_F64 || op->in[0].dtype == TF_C128;
+    /*
+     * The direction is this call's, not the cached layout's: one cached plan
+     * serves both directions, and its layout was made by whichever call came
+     * first (a forward C2C then an inverse of the same shape share it).
+     */
+    const int inverse = op->fft.kind == TF__FFT_C2R ||
+                        (op->fft.kind == TF__FFT_C2C && op->fft.inverse);
     char *arrays[3] = {op->in[0].data, op->out.data, scratch};
     for (int i = 0; i < p->layout.n_steps; i++) {
         const tfd_fft_step *step = &p->layout.steps[i];
@@ -214,7 +221,7 @@ static tf_status launch(const fft_plans *p, tfd_cuda_stream *s, const tfd_op *op
                 io += idx[l] * step->loop_in[l];
                 oo += idx[l] * step->loop_out[l];
             }
-            TFD_CUFFT_CHECK_GOTO(exec(h, step->kind, step->inverse, dbl,
+            TFD_CUFFT_CHECK_GOTO(exec(h, step->kind, inverse, dbl,
                                       arrays[step->src] + (size_t)io * ie,
                                       arrays[step->dst] + (size_t)oo * oe),
                                  st, msg, msg_len, done);
