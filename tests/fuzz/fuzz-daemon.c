@@ -148,8 +148,8 @@ static void server_start(void) {
     srv->start_ms = tfd_now_ms();
     tfd_reservation_init(&srv->res, 0);
     char msg[512], resolved[32];
-    if (tfd_backend_select("cpu", &srv->backend, resolved, sizeof resolved, msg, sizeof msg) !=
-        TF_OK)
+    if (tfd_backend_select("cpu", &srv->opt.caches, &srv->backend, resolved, sizeof resolved, msg,
+                           sizeof msg) != TF_OK)
         fz_fail("cannot open the CPU backend: %s", msg);
     if (tfd_executor_start(&loop, &srv->backend, srv->opt.workers, &srv->ex) != TF_OK)
         fz_fail("cannot start the executor");
