@@ -94,7 +94,7 @@ PROTO_H := $(BUILD)/gen/proto/tenferro.pb-c.h
 
 COMMON_SRC := $(wildcard common/*.c)
 CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/view-ops.c \
-                  client/completion.c client/mailbox.c client/pinned.c client/staging.c \
+                  client/completion.c client/wait-spin.c client/mailbox.c client/pinned.c client/staging.c \
                   client/testing.c client/view-einsum.c client/einsum-path.c client/einsum-report.c \
                   client/view-fft.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
@@ -296,6 +296,12 @@ CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c $(FFT_BACKE
                       $(filter daemon/backend/cuda-% daemon/backend/contract-%,$(BACKEND_SRC))) $(CUDA_OBJ)
 $(BUILD)/bench/gpu/bench-gpu-chain: $(BUILD)/obj/bench/gpu/bench-gpu-chain.o $(GPU_BENCH_OBJ) \
                                     $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
+
+# probe-layers times the same work at the libraries and at the backend in-process.
+$(BUILD)/bench/gpu/probe-layers: $(BUILD)/obj/bench/gpu/probe-layers.o $(GPU_BENCH_OBJ) \
+                                 $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 endif

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
+#include "common/spin.h"
 
 extern char *program_invocation_short_name;
 
@@ -140,10 +141,13 @@ static tf_status fill(tf_client *c, size_t need) {
     while (c->rlen < need) {
         tf_status fd_st;
         /* Poll briefly before sleeping: a reply that is microseconds away costs no wake-up. */
-        ssize_t n = receive(c, spins > 0 ? MSG_DONTWAIT : 0, &fd_st);
+        /* A synchronize polls for as long as tf__wait_spin allowed (its reply is GPU work away). */
+        const int poll = spins > 0 || (c->spin_until_ns && tf__now_ns() < c->spin_until_ns);
+        ssize_t n = receive(c, poll ? MSG_DONTWAIT : 0, &fd_st);
         if (fd_st != TF_OK) return fd_st;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && spins > 0) {
-            spins--;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && poll) {
+            if (spins > 0) spins--;
+            else tf__cpu_relax();
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -365,6 +369,7 @@ tf_status tf_connect(const char *socket_path, tf_client **out) {
     c->max_frame_bytes = TF__MIN_MAX_FRAME_BYTES;
     c->failed_index = -1;
     c->view.client = c;
+    tf__wait_spin_init(c);
     tf__id_table_init(&c->handles, sizeof(tf__handle));
     const char *path = resolve_path(socket_path);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};

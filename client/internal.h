@@ -130,6 +130,11 @@ struct tf_client {
     tf_pending *pendings;      /* every pending transfer not yet waited for or released */
     tf_pinned_buffer *staging; /* the blocking routes' reusable buffer, NULL until first use */
     size_t staging_refused;    /* smallest staging size the daemon refused (0: none) */
+
+    /* Waiting for a synchronize (wait-spin.c). */
+    uint64_t spin_until_ns;      /* replies are polled for until then (0: the short default) */
+    uint64_t wait_spin_max_ns;   /* TENFERRO_WAIT_SPIN_US: the longest poll of one wait */
+    uint64_t last_wait_ns;       /* how long the last synchronize waited */
 };
 
 /* Records a failure message (printf-style) and returns status, for `return tf__fail(...)`. */
@@ -158,6 +163,20 @@ int tf__take_fd(tf_client *c);
  * else TF_ERR_DISCONNECTED with the reason. Nothing else may arrive unasked.
  */
 tf_status tf__check_connection(tf_client *c);
+
+/* ---- waiting for a synchronize (wait-spin.c) ---- */
+
+/* Reads TENFERRO_WAIT_SPIN_US into the client (at connect). */
+void tf__wait_spin_init(tf_client *c);
+
+/*
+ * Around a request whose reply waits for queued device work: begin lets the
+ * reply be polled for about as long as the last such wait took (up to the
+ * maximum), end records how long this one took and goes back to the short
+ * default poll. Returns the start time for end.
+ */
+uint64_t tf__wait_spin_begin(tf_client *c);
+void tf__wait_spin_end(tf_client *c, uint64_t started_ns);
 
 /* ---- the completion page (completion.c) ---- */
 

@@ -157,7 +157,12 @@ tf_status tf__submit_queue(tf_client *c, uint64_t session_id, uint32_t mode, uin
         req.body_case = TENFERRO__FRAME__BODY_SUBMIT;
         req.submit = &sub;
         Tenferro__Frame *reply = NULL;
+        /* The last frame of a synchronize or of a burst is answered once the device is done. */
+        const int waits = last && (mode == TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE ||
+                                   mode == TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL);
+        const uint64_t wait_start = waits ? tf__wait_spin_begin(c) : 0;
         st = tf__call(c, &req, &reply);
+        if (waits) tf__wait_spin_end(c, wait_start);
         if (st != TF_OK) break;
         *carried += n;
         if (reply->body_case != TENFERRO__FRAME__BODY_RESULT) {

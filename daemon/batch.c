@@ -353,8 +353,11 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
         }
         out->accepted++;
         job->next++;
-        /* Hand work over as it is validated, so the device starts while the rest is checked. */
-        if (ch.count >= ENQUEUE_CHUNK) {
+        /*
+         * Hand work over as it is validated, so the device starts while the
+         * rest is checked: the batch's first operation at once, then chunks.
+         */
+        if (ch.count >= ENQUEUE_CHUNK || out->accepted == 1) {
             tfd_stream_enqueue(c->stream, ch.first, ch.last, ch.count);
             ch = (chain){0};
             flushed = out->accepted;

@@ -18,11 +18,17 @@ void tfd_busy_poll_release(tfd_busy_poll *bp) {
     tfd_busy_poll_touch(bp);
 }
 
-int tfd_busy_poll_active(tfd_busy_poll *bp) {
+/* 1 while the last activity is less than one window ago, whatever holds it. */
+static int busy_poll_recent(tfd_busy_poll *bp) {
     uint64_t window = atomic_load_explicit(&bp->window_ns, memory_order_relaxed);
     if (!window) return 0;
-    if (atomic_load_explicit(&bp->holds, memory_order_relaxed) > 0) return 1;
     return tf__now_ns() - atomic_load_explicit(&bp->last_ns, memory_order_relaxed) < window;
+}
+
+int tfd_busy_poll_active(tfd_busy_poll *bp) {
+    if (!atomic_load_explicit(&bp->window_ns, memory_order_relaxed)) return 0;
+    if (atomic_load_explicit(&bp->holds, memory_order_relaxed) > 0) return 1;
+    return busy_poll_recent(bp);
 }
 
 void tfd_loop_run(uv_loop_t *loop, tfd_busy_poll *bp, const tfd_loop_poller *poller) {

@@ -4,10 +4,12 @@
  * keeps polling, without sleeping, for a short window; a request or a
  * completion arriving inside it is seen within a microsecond instead of
  * after a kernel wake-up (several microseconds, a large share of a 1 MiB
- * transfer). Work the loop waits for (a pending transfer in flight) holds
- * the window open until it completes, so the client's next request after a
- * long copy is still seen at once. An idle daemon sleeps as before. A
- * window of 0 turns it all off.
+ * transfer). Work the loop waits for (a pending transfer in flight, a
+ * client's synchronize) holds the window open until it completes, so the
+ * completion is answered at once and the client's next request after a long
+ * copy or kernel is still seen at once. One worker of the executor polls for
+ * new work in the window too, so a batch the loop hands over starts without
+ * a wake-up. An idle daemon sleeps as before. A window of 0 turns it all off.
  */
 #ifndef TENFERRO_DAEMON_BUSY_POLL_H
 #define TENFERRO_DAEMON_BUSY_POLL_H

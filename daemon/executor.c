@@ -45,6 +45,8 @@ struct tfd_executor {
     pthread_cond_t wake;
     tfd_stream *run_head, *run_tail;
     int stopping;
+    atomic_int runnable;  /* streams in the run queue, or stopping: read by a polling worker */
+    int worker_polling;   /* a worker polls runnable instead of sleeping (at most one) */
     int n_workers;
     pthread_t *workers;
 
@@ -349,6 +351,7 @@ static void runq_push_locked(tfd_executor *ex, tfd_stream *s) {
     else
         ex->run_head = s;
     ex->run_tail = s;
+    atomic_fetch_add_explicit(&ex->runnable, 1, memory_order_release);
     pthread_cond_signal(&ex->wake);
 }
 
@@ -386,16 +389,50 @@ static void serve_stream(tfd_executor *ex, tfd_stream *s) {
     pthread_mutex_unlock(&s->lock);
 }
 
+/* The busy-polling window the completion thread also follows (NULL: never poll). */
+static tfd_busy_poll *busy_poll_of(tfd_executor *ex) {
+    pthread_mutex_lock(&ex->event_lock);
+    tfd_busy_poll *bp = ex->busy_poll;
+    pthread_mutex_unlock(&ex->event_lock);
+    return bp;
+}
+
+/*
+ * Worker, with ex->lock held: returns once a stream is runnable or the
+ * executor stops. While the busy-polling window is open (just after
+ * activity, or held by a client waiting on a synchronize, whose next batch
+ * follows the answer), one worker polls instead of sleeping, so work the
+ * loop hands over starts without a thread wake-up (tens of microseconds on
+ * virtual machines); the others sleep on the condition variable.
+ */
+static void await_work_locked(tfd_executor *ex) {
+    while (!ex->run_head && !ex->stopping) {
+        tfd_busy_poll *bp = ex->worker_polling ? NULL : busy_poll_of(ex);
+        if (bp && tfd_busy_poll_active(bp)) {
+            ex->worker_polling = 1;
+            pthread_mutex_unlock(&ex->lock);
+            while (!atomic_load_explicit(&ex->runnable, memory_order_acquire) &&
+                   tfd_busy_poll_active(bp))
+                tf__cpu_relax();
+            pthread_mutex_lock(&ex->lock);
+            ex->worker_polling = 0;
+            continue;
+        }
+        pthread_cond_wait(&ex->wake, &ex->lock);
+    }
+}
+
 static void *worker_main(void *arg) {
     tfd_executor *ex = arg;
     for (;;) {
         pthread_mutex_lock(&ex->lock);
-        while (!ex->run_head && !ex->stopping) pthread_cond_wait(&ex->wake, &ex->lock);
+        await_work_locked(ex);
         tfd_stream *s = ex->run_head;
         if (!s) {
             pthread_mutex_unlock(&ex->lock);
             return NULL;
         }
+        atomic_fetch_sub_explicit(&ex->runnable, 1, memory_order_relaxed);
         ex->run_head = s->run_next;
         if (!ex->run_head) ex->run_tail = NULL;
         pthread_mutex_unlock(&ex->lock);
@@ -456,6 +493,7 @@ static void on_done_poll_closed(uv_handle_t *h) {
 void tfd_executor_stop(tfd_executor *ex) {
     pthread_mutex_lock(&ex->lock);
     ex->stopping = 1;
+    atomic_fetch_add_explicit(&ex->runnable, 1, memory_order_release); /* ends a worker's polling */
     pthread_cond_broadcast(&ex->wake);
     pthread_mutex_unlock(&ex->lock);
     for (int i = 0; i < ex->n_workers; i++) pthread_join(ex->workers[i], NULL);

@@ -83,6 +83,7 @@ static void fill_outcome(tfd_batch_result *r, const tfd_item_outcome *o, uint64_
 static void on_sync_marker(tfd_item *it) {
     sync_wait *w = it->done_arg;
     tfd_conn *c = w->conn;
+    tfd_busy_poll_release(&c->srv->busy_poll);
     if (!c->closing) {
         tfd_batch_result r = {.accepted = w->accepted};
         fill_outcome(&r, &it->outcome, w->batch);
@@ -114,6 +115,8 @@ static void reply_when_drained(tfd_conn *c, uint64_t seq, const tfd_batch_result
     w->seq = seq;
     w->batch = r->batch;
     w->accepted = r->accepted;
+    /* The client waits: the loop and the completion thread poll until its work is done. */
+    tfd_busy_poll_hold(&c->srv->busy_poll);
 }
 
 /* What a submission does once its whole batch is validated and enqueued. */

@@ -451,6 +451,13 @@ static const op_case parity_cases[] = {
      .n_params = 4, .params = {3, 1, 0, 2}},
     {.name = "permute (1,0,3,2)", .kind = TF__OP_PERMUTE, .rank = 4, .shape = {6, 7, 8, 9},
      .n_params = 4, .params = {1, 0, 3, 2}},
+    /* The innermost axis stays: rows move as 16-byte units when their length allows. */
+    {.name = "permute (2,0,1,3) keeping rows of 4", .kind = TF__OP_PERMUTE, .rank = 4,
+     .shape = {6, 7, 8, 4}, .n_params = 4, .params = {2, 0, 1, 3}},
+    {.name = "permute (0,2,1,3) keeping rows of 48", .kind = TF__OP_PERMUTE, .rank = 4,
+     .shape = {12, 10, 14, 48}, .n_params = 4, .params = {0, 2, 1, 3}},
+    {.name = "permute (1,0,2) keeping rows of 3", .kind = TF__OP_PERMUTE, .rank = 3,
+     .shape = {9, 11, 3}, .n_params = 3, .params = {1, 0, 2}},
     {.name = "permute of rank 8 reversed", .kind = TF__OP_PERMUTE, .rank = 8,
      .shape = {2, 3, 2, 3, 2, 3, 2, 3}, .n_params = 8, .params = {7, 6, 5, 4, 3, 2, 1, 0}},
     {.name = "reshape", .kind = TF__OP_RESHAPE, CUBE, .n_params = 2, .params = {1517, 43}},
