@@ -129,7 +129,8 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 INTEGRATION_TESTS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/test-*.c))
 TEST_HARNESS := $(call obj,tests/integration/harness.c)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c bench/bench-raw.c,$(wildcard bench/*.c)))
-EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+# Every examples/*.c is a program but demo-common.c, the demo clients' shared helpers.
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(filter-out examples/demo-common.c,$(wildcard examples/*.c)))
 # GPU benchmarks (bench/gpu/, CUDA builds only); gpu-common.c is their shared helper, not a bench.
 # They live in $(BUILD)/bench/gpu/, which scripts/bench.sh (CPU) does not run.
 GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,$(filter-out bench/gpu/gpu-common.c,$(wildcard bench/gpu/*.c)))
@@ -197,9 +198,11 @@ $(BUILD)/libtenferro-client.so: $(CLIENT_OBJ) $(COMMON_OBJ)
 $(BUILD)/tenferroctl: $(call obj,client/tenferroctl.c client/tenferroctl-format.c) $(BUILD)/libtenferro-client.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF)
 
-$(BUILD)/examples/%: $(call obj,examples/%.c) $(BUILD)/libtenferro-client.a
+# The examples link the client library, and the demo's shared helpers with OpenBLAS and FFTW
+# (the in-process side each demo client times and checks against; docs/demo.md).
+$(BUILD)/examples/%: $(call obj,examples/%.c) $(call obj,examples/demo-common.c) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) -lm
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_FFTW) $(LIB_SYS)
 
 # The failure-injection daemon (docs/testing.md): the daemon's objects, CPU backend only (the
 # walk starts it hundreds of times; the CUDA libraries alone take a third of a second to load),
