@@ -5,7 +5,8 @@
 #                         suites again under ASan/UBSan and under ThreadSanitizer (docs/testing.md)
 #   make check-tsan       the unit, integration and load suites under ThreadSanitizer
 #   make soak             the soak: SOAK_SECONDS=N (600) of load with a leak check (docs/soak.md)
-#   make demo             start tenferrod on the best device, run the example client, stop
+#   make demo             start tenferrod on the best device, run the demo's clients at once
+#                         against it (a held stage, MPS sweeps, FFT solvers), print a table, stop
 #   make bench            benchmarks (CPU backend), BENCH lines on stdout
 #   make install          PREFIX=/usr/local DESTDIR=
 #   make fuzz             FUZZ_SECONDS=60: builds the libFuzzer targets (tests/fuzz/) into
