@@ -149,7 +149,7 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile demo bench install clean build-commit \
+.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile test-demo demo bench install clean build-commit \
         fuzz fuzz-check fuzz-build fuzz-targets fuzz-corpus
 all: $(TARGETS) build-commit
 
@@ -418,7 +418,13 @@ test-hostile: all
 	@echo "== bench-hostile (a client's round trips while others flood the daemon)"
 	@scripts/bench.sh $(BUILD) bench-hostile
 
-test: test-unit test-integration test-load test-install test-hostile
+# The demo as `make demo` runs it, its table checked, and the report's failure verdicts
+# (tests/demo/test-demo.sh).
+test-demo: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(EXAMPLES)
+	@echo "== tests/demo/test-demo.sh $(BUILD)"
+	@tests/demo/test-demo.sh $(BUILD)
+
+test: test-unit test-integration test-load test-install test-hostile test-demo
 
 # ThreadSanitizer: the daemon, the client library and every suite built with -fsanitize=thread
 # (BUILD=build-tsan, CUDA=0), then the unit, integration and bounded load suites run against the
