@@ -21,9 +21,9 @@
 /*
  * A session entry that takes longer than this counts as a wait. An
  * uncontended entry is one round trip: tens of microseconds on an idle host,
- * up to about 10 ms seen on the 2-core build machine with every demo client
- * busy at once (the daemon's loop thread waits for a core). A queued one
- * lasts until the holder lets go: hundreds of milliseconds in the demo.
+ * usually under 10 ms on the 2-core build machine with every demo client busy
+ * at once, now and then longer (the daemon's threads wait for a core). A
+ * queued one lasts until the holder lets go: hundreds of milliseconds here.
  */
 #define DEMO_WAIT_THRESHOLD_S 0.05
 
