@@ -20,6 +20,7 @@ BUILD=$1
 cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d /tmp/tf-test-demo.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM HUP PIPE
 
 fail() {
     echo "test-demo: FAIL: $*" >&2
