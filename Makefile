@@ -5,7 +5,8 @@
 #                         suites again under ASan/UBSan and under ThreadSanitizer (docs/testing.md)
 #   make check-tsan       the unit, integration and load suites under ThreadSanitizer
 #   make soak             the soak: SOAK_SECONDS=N (600) of load with a leak check (docs/soak.md)
-#   make demo             start tenferrod on the best device, run the example client, stop
+#   make demo             start tenferrod on the best device, run the demo's clients at once
+#                         against it (a held stage, MPS sweeps, FFT solvers), print a table, stop
 #   make bench            benchmarks (CPU backend), BENCH lines on stdout
 #   make install          PREFIX=/usr/local DESTDIR=
 #   make fuzz             FUZZ_SECONDS=60: builds the libFuzzer targets (tests/fuzz/) into
@@ -129,7 +130,8 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/t
 INTEGRATION_TESTS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/test-*.c))
 TEST_HARNESS := $(call obj,tests/integration/harness.c)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c bench/bench-raw.c,$(wildcard bench/*.c)))
-EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+# Every examples/*.c is a program but demo-common.c, the demo clients' shared helpers.
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(filter-out examples/demo-common.c,$(wildcard examples/*.c)))
 # GPU benchmarks (bench/gpu/, CUDA builds only); gpu-common.c is their shared helper, not a bench.
 # They live in $(BUILD)/bench/gpu/, which scripts/bench.sh (CPU) does not run.
 GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,$(filter-out bench/gpu/gpu-common.c,$(wildcard bench/gpu/*.c)))
@@ -147,7 +149,7 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile demo bench install clean build-commit \
+.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile test-demo demo bench install clean build-commit \
         fuzz fuzz-check fuzz-build fuzz-targets fuzz-corpus
 all: $(TARGETS) build-commit
 
@@ -197,9 +199,11 @@ $(BUILD)/libtenferro-client.so: $(CLIENT_OBJ) $(COMMON_OBJ)
 $(BUILD)/tenferroctl: $(call obj,client/tenferroctl.c client/tenferroctl-format.c) $(BUILD)/libtenferro-client.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF)
 
-$(BUILD)/examples/%: $(call obj,examples/%.c) $(BUILD)/libtenferro-client.a
+# The examples link the client library, and the demo's shared helpers with OpenBLAS and FFTW
+# (the in-process side each demo client times and checks against; docs/demo.md).
+$(BUILD)/examples/%: $(call obj,examples/%.c) $(call obj,examples/demo-common.c) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) -lm
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_FFTW) $(LIB_SYS)
 
 # The failure-injection daemon (docs/testing.md): the daemon's objects, CPU backend only (the
 # walk starts it hundreds of times; the CUDA libraries alone take a third of a second to load),
@@ -420,7 +424,13 @@ test-hostile: all
 	@echo "== bench-hostile (a client's round trips while others flood the daemon)"
 	@scripts/bench.sh $(BUILD) bench-hostile
 
-test: test-unit test-integration test-load test-install test-hostile
+# The demo as `make demo` runs it, its table checked, and the report's failure verdicts
+# (tests/demo/test-demo.sh).
+test-demo: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(EXAMPLES)
+	@echo "== tests/demo/test-demo.sh $(BUILD)"
+	@tests/demo/test-demo.sh $(BUILD)
+
+test: test-unit test-integration test-load test-install test-hostile test-demo
 
 # ThreadSanitizer: the daemon, the client library and every suite built with -fsanitize=thread
 # (BUILD=build-tsan, CUDA=0), then the unit, integration and bounded load suites run against the

@@ -1,5 +1,7 @@
 /*
- * The demo client: what a first program against tenferrod looks like.
+ * The smallest client: what a first program against tenferrod looks like.
+ * (`make demo` runs the demo-*.c clients instead, which do the work the daemon
+ * is for, several at once: docs/demo.md.)
  *
  * Uploads a random vector, doubles it three times in a held session (adding it
  * to itself), submits, reads it back and checks it equals 8x the input; then
