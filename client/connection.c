@@ -350,6 +350,7 @@ static tf_status handshake(tf_client *c) {
                         hr->protocol_version, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
     }
     snprintf(c->device, sizeof c->device, "%s", hr->device ? hr->device : "");
+    tf__wait_spin_init(c);
     c->client_id = hr->client_id;
     if (hr->max_frame_bytes >= TF__MIN_MAX_FRAME_BYTES) c->max_frame_bytes = hr->max_frame_bytes;
     uint32_t slots = hr->completion_slots, mailbox_offset = hr->mailbox_offset;
@@ -369,7 +370,6 @@ tf_status tf_connect(const char *socket_path, tf_client **out) {
     c->max_frame_bytes = TF__MIN_MAX_FRAME_BYTES;
     c->failed_index = -1;
     c->view.client = c;
-    tf__wait_spin_init(c);
     tf__id_table_init(&c->handles, sizeof(tf__handle));
     const char *path = resolve_path(socket_path);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};

@@ -166,7 +166,7 @@ tf_status tf__check_connection(tf_client *c);
 
 /* ---- waiting for a synchronize (wait-spin.c) ---- */
 
-/* Reads TENFERRO_WAIT_SPIN_US into the client (at connect). */
+/* Sets the client's longest poll from TENFERRO_WAIT_SPIN_US and the device (at the handshake). */
 void tf__wait_spin_init(tf_client *c);
 
 /*

@@ -7,8 +7,11 @@
  * program does by default (cudaDeviceScheduleAuto spins in
  * cudaDeviceSynchronize); a process that would rather sleep sets
  * TENFERRO_WAIT_SPIN_US=0 (docs/operations.md, "Client CPU while waiting").
+ * Against the CPU backend the default is not to poll: there the daemon's
+ * own threads do the work on the cores a polling client would take.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "client/internal.h"
 #include "common/spin.h"
@@ -21,7 +24,9 @@
 void tf__wait_spin_init(tf_client *c) {
     const char *env = getenv("TENFERRO_WAIT_SPIN_US");
     char *end = NULL;
-    unsigned long long us = WAIT_SPIN_DEFAULT_US;
+    unsigned long long us = strcmp(c->device, "cpu") == 0 || strncmp(c->device, "cpu ", 4) == 0
+                                ? 0
+                                : WAIT_SPIN_DEFAULT_US;
     if (env && env[0]) {
         unsigned long long v = strtoull(env, &end, 10);
         if (end && *end == '\0') us = v > 10000000ull ? 10000000ull : v;
