@@ -68,19 +68,76 @@ static void view_of(const tfd_tensor *t, tfd_tensor_view *v) {
 /* Validated items are handed to the stream in chunks of this many while a batch is checked. */
 #define ENQUEUE_CHUNK 64
 
-/* A chain of items being built for one submission. */
+/* Blocks a chain may hold for reuse (see chain.spare). */
+#define CHAIN_SPARES 8
+
+/*
+ * A chain of items being built for one submission. `spare` holds the FREE
+ * items of tensors the chain freed whose block a later output of the same
+ * size may take (a loop that drops each result as it makes the next one
+ * reuses two blocks instead of touching fresh memory for every output). A
+ * block is reused only by an item later in the same chain, which the
+ * executor runs after every item before it on the same stream, so its old
+ * users are done with it (CPU) or ordered before the new one on the same
+ * CUDA stream. Spares not taken go onto the chain as FREE items before it
+ * is handed to the stream (chain_close), so no block leaves the chain
+ * unaccounted.
+ */
 typedef struct chain {
     tfd_item *first, *last;
     uint64_t count;
+    tfd_item *spare[CHAIN_SPARES];
+    int n_spares;
 } chain;
 
 static void chain_push(chain *ch, tfd_item *it) {
+    it->next = NULL;
     if (ch->last)
         ch->last->next = it;
     else
         ch->first = it;
     ch->last = it;
     ch->count++;
+}
+
+/* Keeps a FREE item as a spare if there is room, else puts it on the chain. */
+static void chain_free(chain *ch, tfd_item *it) {
+    if (ch->n_spares < CHAIN_SPARES)
+        ch->spare[ch->n_spares++] = it;
+    else
+        chain_push(ch, it);
+}
+
+/*
+ * The FREE item of a spare block of exactly `bytes`, taken off the chain's
+ * spares (NULL if none): the caller uses its block and frees the item, or
+ * gives it back with chain_free if the block is not used after all.
+ */
+static tfd_item *chain_take_spare(chain *ch, size_t bytes) {
+    for (int i = 0; i < ch->n_spares; i++) {
+        tfd_item *it = ch->spare[i];
+        if (it->u.free.bytes != bytes) continue;
+        ch->spare[i] = ch->spare[--ch->n_spares];
+        return it;
+    }
+    return NULL;
+}
+
+/* Puts the spares not taken on the chain as the FREE items they are, labelled with the batch. */
+static void chain_close(chain *ch, uint64_t batch, uint32_t index) {
+    for (int i = 0; i < ch->n_spares; i++) {
+        ch->spare[i]->batch = batch;
+        ch->spare[i]->index = index;
+        chain_push(ch, ch->spare[i]);
+    }
+    ch->n_spares = 0;
+}
+
+/* Hands the chain's items to the stream; its spares stay with it for later items. */
+static void chain_flush(tfd_conn *c, chain *ch) {
+    tfd_stream_enqueue(c->stream, ch->first, ch->last, ch->count);
+    ch->first = ch->last = NULL;
+    ch->count = 0;
 }
 
 /*
@@ -115,7 +172,7 @@ static tf_status prepare_free(tfd_conn *c, const Tenferro__Op *op, chain *ch, ch
         } else {
             it->u.free.ptr = rec.data;
             it->u.free.bytes = rec.bytes;
-            chain_push(ch, it);
+            chain_free(ch, it);
             c->srv->counters.tensors_freed++;
         }
         it = next;
@@ -277,19 +334,30 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     /* The operation writes every byte of its output (the executor zeroes it if the op does not run). */
     tfd_tensor rec = {.id = op->output, .meta = out_meta, .bytes = out_bytes, .written = out_bytes};
     st = tfd_quota_check(c, rec.bytes, 1, accepted + 1, msg, len);
-    if (st == TF_OK) st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
+    /* A block this chain freed earlier serves if it has the size (chain.spare); else a new one. */
+    tfd_item *spare = st == TF_OK && rec.bytes ? chain_take_spare(ch, rec.bytes) : NULL;
+    if (spare)
+        rec.data = spare->u.free.ptr;
+    else if (st == TF_OK)
+        st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
     if (st != TF_OK) {
         tfd_item_free(it);
         return st;
     }
     if (tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
-        c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data,
-                                 rec.bytes);
-        tfd_executor_note_free(c->srv->ex, rec.bytes);
+        /* A spare may still be read by earlier items: it goes back to the chain, never freed here. */
+        if (spare) {
+            chain_free(ch, spare);
+        } else {
+            c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data,
+                                     rec.bytes);
+            tfd_executor_note_free(c->srv->ex, rec.bytes);
+        }
         snprintf(msg, len, "out of host memory");
         tfd_item_free(it);
         return TF_ERR_NO_MEMORY;
     }
+    if (spare) tfd_item_free(spare); /* its block lives on in the new tensor */
     c->srv->counters.tensors_created++;
     d->kind = kind;
     d->n_inputs = arity;
@@ -358,13 +426,14 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
          * rest is checked: the batch's first operation at once, then chunks.
          */
         if (ch.count >= ENQUEUE_CHUNK || out->accepted == 1) {
-            tfd_stream_enqueue(c->stream, ch.first, ch.last, ch.count);
-            ch = (chain){0};
+            chain_flush(c, &ch);
             flushed = out->accepted;
             if (budget_ns && job->next < job->n_ops && tf__now_ns() - start > budget_ns) break;
         }
     }
-    tfd_stream_enqueue(c->stream, ch.first, ch.last, ch.count);
+    /* A later slice builds a new chain: this one's spares are freed now, after its items. */
+    chain_close(&ch, batch, (uint32_t)(job->next ? job->next - 1 : 0));
+    chain_flush(c, &ch);
     c->srv->counters.ops_accepted += out->accepted - job->counted;
     job->counted = out->accepted;
     if (job->next == job->n_ops) job->done = 1;

@@ -1119,6 +1119,83 @@ START_TEST(test_close_submits_queued_work) {
 }
 END_TEST
 
+/* Steps of the dropping loop of test_dropped_results_in_one_batch. */
+#define DROP_STEPS 150
+
+/*
+ * One callback that runs a loop dropping each result as it makes the next,
+ * as user code overwriting a variable does: t = x*x, x' = 0.5 x + 0.25 t,
+ * free t and the old x; every fifth step also a half-length sum that is
+ * freed at once, so blocks of two sizes are let go and asked for in turn.
+ */
+typedef struct dropping_loop {
+    tf_tensor x0, x, sums[DROP_STEPS / 5];
+    int n_sums;
+} dropping_loop;
+
+static tf_status cb_dropping_loop(tf_view *v, void *arg) {
+    dropping_loop *d = arg;
+    tf_status st = TF_OK;
+    tf_tensor x = d->x0;
+    for (int k = 0; k < DROP_STEPS && st == TF_OK; k++) {
+        tf_tensor t, next;
+        if ((st = tf_view_mul(v, x, x, &t)) != TF_OK) break;
+        st = tf_view_axpby(v, (tf_scalar){0.5, 0}, x, (tf_scalar){0.25, 0}, t, &next);
+        if (st == TF_OK) st = tf_tensor_free(tf_view_client(v), t);
+        if (st == TF_OK && x != d->x0) st = tf_tensor_free(tf_view_client(v), x);
+        x = next;
+        if (st == TF_OK && k % 5 == 4) {
+            tf_tensor half, s;
+            int64_t shape[2] = {2, VLEN / 2};
+            st = tf_view_reshape(v, x, 2, shape, &half);
+            if (st == TF_OK) st = tf_view_sum(v, half, 1, (int[]){0}, &s);
+            if (st == TF_OK) st = tf_tensor_free(tf_view_client(v), half);
+            if (st == TF_OK) d->sums[d->n_sums++] = s;
+        }
+    }
+    d->x = x;
+    return st;
+}
+
+/*
+ * A batch that drops its results as it goes may hand a dropped tensor's
+ * memory to a later output of the same size: every value stays the one a
+ * plain loop computes, whether blocks were reused or not.
+ */
+START_TEST(test_dropped_results_in_one_batch) {
+    th_daemon d;
+    static vectors v;
+    tf_client *c = start_with_vectors(&d, "reject", "10000", &v);
+    for (int i = 0; i < VLEN; i++) v.x[i] = v.x[i] * 0.9; /* |x| < 1: the iteration stays bounded */
+    tf_tensor x0;
+    int64_t shape[1] = {VLEN};
+    CK_STATUS(c, tf_upload(c, TF_F64, 1, shape, v.x, &x0), TF_OK);
+    tf_session *s = open_held(c);
+    dropping_loop dl = {.x0 = x0};
+    CK_STATUS(c, tf_session_with(s, cb_dropping_loop, &dl), TF_OK);
+    CK_STATUS(c, tf_session_synchronize(s), TF_OK);
+    CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
+    static double want[VLEN];
+    static double sums[DROP_STEPS / 5][VLEN / 2];
+    memcpy(want, v.x, sizeof want);
+    int n_sums = 0;
+    for (int k = 0; k < DROP_STEPS; k++) {
+        for (int i = 0; i < VLEN; i++) want[i] = 0.5 * want[i] + 0.25 * (want[i] * want[i]);
+        if (k % 5 == 4) {
+            for (int i = 0; i < VLEN / 2; i++) sums[n_sums][i] = want[i] + want[VLEN / 2 + i];
+            n_sums++;
+        }
+    }
+    ck_assert_int_eq(dl.n_sums, n_sums);
+    ck_assert_msg(check_f64(c, dl.x, want, VLEN), "the loop's last x");
+    for (int j = 0; j < n_sums; j++)
+        ck_assert_msg(check_f64(c, dl.sums[j], sums[j], VLEN / 2), "sum %d", j);
+    /* x0 (the user's) is still there and unchanged. */
+    ck_assert_msg(check_f64(c, x0, v.x, VLEN), "x0");
+    finish(&d, c);
+}
+END_TEST
+
 /*
  * Release without submit frees the reservation at once, runs nothing, and forgets the queued
  * outputs.
@@ -1409,6 +1486,7 @@ static Suite *sessions_suite(void) {
     tcase_set_timeout(tb, 120);
     tcase_add_test(tb, test_session_counters);
     tcase_add_test(tb, test_close_submits_queued_work);
+    tcase_add_test(tb, test_dropped_results_in_one_batch);
     tcase_add_test(tb, test_release_discards_queued_work);
     tcase_add_test(tb, test_failed_submits_counted);
     tcase_add_test(tb, test_download_unsubmitted_busy);
