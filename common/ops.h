@@ -37,7 +37,8 @@ typedef enum tf__op_kind {
     TF__OP_TEST_FAULT = 21, /* fault injection for tests (proto/tenferro.proto, OP_TEST_FAULT) */
     TF__OP_CONTRACT = 22,
     TF__OP_FFT = 23,
-    TF__OP_KIND_COUNT = 24,
+    TF__OP_RUN_PREPARED = 24, /* a prepared graph's run (docs/prepared.md): never a backend op */
+    TF__OP_KIND_COUNT = 25,
 } tf__op_kind;
 
 /* Labels a contraction may use (proto Contraction: 0..63). */

@@ -20,6 +20,7 @@ static const char *const op_names[TF__OP_KIND_COUNT] = {
     [TF__OP_COPY] = "copy",       [TF__OP_REDUCE_SUM] = "sum",  [TF__OP_REDUCE_MAX] = "max",
     [TF__OP_REDUCE_MIN] = "min",  [TF__OP_MATMUL] = "matmul",   [TF__OP_FREE] = "free",
     [TF__OP_TEST_FAULT] = "test_fault", [TF__OP_CONTRACT] = "contract", [TF__OP_FFT] = "fft",
+    [TF__OP_RUN_PREPARED] = "run_prepared",
 };
 
 const char *tf__op_name(tf__op_kind kind) {
@@ -56,6 +57,7 @@ int tf__op_arity(tf__op_kind kind) {
     /* Not in tf__infer_output: their descriptors have rules of their own (tf__infer_contract, _fft). */
     case TF__OP_CONTRACT:
     case TF__OP_FFT:
+    case TF__OP_RUN_PREPARED: /* as many as its graph has */
     case TF__OP_NONE:
     case TF__OP_KIND_COUNT:
         break;
@@ -327,6 +329,7 @@ tf_status tf__infer_output(tf__op_kind kind, const tf__meta *in, int n_inputs,
     case TF__OP_FREE:
     case TF__OP_CONTRACT:
     case TF__OP_FFT:
+    case TF__OP_RUN_PREPARED:
     case TF__OP_KIND_COUNT:
         break;
     }

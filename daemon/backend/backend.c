@@ -52,6 +52,7 @@ static family_fn family_of(const tfd_backend_vtable *vt, tf__op_kind kind) {
         return vt->fft;
     case TF__OP_NONE:
     case TF__OP_FREE:
+    case TF__OP_RUN_PREPARED: /* the executor runs a prepared graph's nodes itself */
     case TF__OP_KIND_COUNT:
         break;
     }

@@ -180,6 +180,35 @@ typedef struct tfd_backend_vtable {
      */
     tf_status (*host_register)(tfd_backend *be, void *ptr, size_t bytes, char *msg, size_t msg_len);
     void (*host_unregister)(tfd_backend *be, void *ptr);
+
+    /*
+     * Optional (NULL: a prepared graph runs its nodes one by one through the
+     * operation entries): prepared graphs as device graphs (docs/prepared.md).
+     *
+     * graph_capture records ops[0..n_ops), in order, into a replayable graph
+     * and instantiates it, without running them. Every op's data pointers
+     * are device memory the caller keeps unchanged for the graph's whole
+     * life (memory from alloc with a NULL stream). The graph is
+     * self-contained: whatever the ops need besides those pointers (scratch,
+     * library work areas and plans, BLAS workspaces) belongs to the graph and
+     * goes with graph_destroy, so the graph may be launched on any stream of
+     * this backend, after its maker's stream and connection are gone. It does
+     * not capture on any caller's stream: it uses a stream of its own, so
+     * other work of the daemon is never swept into the capture. *bytes gets
+     * the device memory the graph itself holds. Called on a worker thread.
+     * TF_ERR_UNSUPPORTED when an op cannot be captured (the caller falls back
+     * to running the nodes one by one).
+     *
+     * graph_launch enqueues one replay on `stream`, ordered after the work
+     * enqueued there before and after earlier launches of the same graph.
+     * graph_destroy frees it; the caller guarantees no launch is pending
+     * (called on a worker thread, or at close).
+     */
+    tf_status (*graph_capture)(tfd_backend *be, const tfd_op *ops, int n_ops, void **graph,
+                               uint64_t *bytes, char *msg, size_t msg_len);
+    tf_status (*graph_launch)(tfd_backend *be, void *stream, void *graph, char *msg,
+                              size_t msg_len);
+    void (*graph_destroy)(tfd_backend *be, void *graph);
 } tfd_backend_vtable;
 
 struct tfd_backend {
