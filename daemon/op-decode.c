@@ -1,0 +1,143 @@
+/* Wire operations into tfd_op: decoding and the shape rules (see op-decode.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "daemon/op-decode.h"
+
+_Static_assert((int)TF__OP_ADD == TENFERRO__OP_KIND__OP_ADD, "op kinds match the proto");
+_Static_assert((int)TF__OP_MATMUL == TENFERRO__OP_KIND__OP_MATMUL, "op kinds match the proto");
+_Static_assert((int)TF__OP_FREE == TENFERRO__OP_KIND__OP_FREE, "op kinds match the proto");
+_Static_assert((int)TF__OP_TEST_FAULT == TENFERRO__OP_KIND__OP_TEST_FAULT, "op kinds match the proto");
+_Static_assert((int)TF__OP_CONTRACT == TENFERRO__OP_KIND__OP_CONTRACT, "op kinds match the proto");
+_Static_assert((int)TF__OP_RUN_PREPARED == TENFERRO__OP_KIND__OP_RUN_PREPARED,
+               "op kinds match the proto");
+
+/*
+ * OP_CONTRACT's descriptor (Op.contraction) taken into *c, with what
+ * tf__contraction cannot hold refused first (a label that does not fit its
+ * byte, more labels than axes a tensor can have); the rules proper run
+ * against the tensors later (tf__infer_contract).
+ */
+static tf_status take_contraction(const Tenferro__Op *op, tf__contraction *c, char *msg,
+                                  size_t len) {
+    const Tenferro__Contraction *d = op->contraction;
+    if (!d) {
+        snprintf(msg, len, "contract: the operation carries no descriptor (Op.contraction)");
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if ((op->n_inputs != 1 && op->n_inputs != 2) || (op->n_inputs == 1 && d->n_labels_b)) {
+        snprintf(msg, len, "contract takes 1 or 2 inputs (labels_b empty with one), got %zu inputs",
+                 op->n_inputs);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    static const char *const names[3] = {"labels_a", "labels_b", "labels_out"};
+    const size_t count[3] = {d->n_labels_a, d->n_labels_b, d->n_labels_out};
+    const uint32_t *labels[3] = {d->labels_a, d->labels_b, d->labels_out};
+    uint8_t *dst[3] = {c->labels[0], c->labels[1], c->out};
+    memset(c, 0, sizeof *c);
+    for (int k = 0; k < 3; k++) {
+        if (count[k] > TF_MAX_RANK) {
+            snprintf(msg, len, "contract: %s has %zu labels, more than a tensor's %d axes",
+                     names[k], count[k], TF_MAX_RANK);
+            return k < 2 ? TF_ERR_SHAPE : TF_ERR_INVALID_ARGUMENT;
+        }
+        for (size_t j = 0; j < count[k]; j++) {
+            if (labels[k][j] >= TF__MAX_LABELS) {
+                snprintf(msg, len, "contract: %s[%zu] is %u: labels are 0..%d", names[k], j,
+                         labels[k][j], TF__MAX_LABELS - 1);
+                return TF_ERR_INVALID_ARGUMENT;
+            }
+            dst[k][j] = (uint8_t)labels[k][j];
+        }
+    }
+    c->n_inputs = (int)op->n_inputs;
+    c->rank[0] = (int)count[0];
+    c->rank[1] = (int)count[1];
+    c->out_rank = (int)count[2];
+    c->conj[0] = d->conj_a;
+    c->conj[1] = d->conj_b;
+    return TF_OK;
+}
+
+_Static_assert((int)TF__FFT_C2R == TENFERRO__FFT_KIND__FFT_C2R, "fft kinds match the proto");
+_Static_assert((int)TF__FFT_NORM_FORWARD == TENFERRO__FFT_NORM__FFT_NORM_FORWARD,
+               "fft norms match the proto");
+
+/*
+ * Decodes an OP_FFT's descriptor (Op.fft) into f and checks it against the
+ * input with the shared rules; a missing descriptor, or more axes than any
+ * rank has, is refused before anything is copied.
+ */
+static tf_status prepare_fft(const Tenferro__Op *op, const tf__meta *in, tf__fft *f,
+                             tf__meta *out, char *msg, size_t len) {
+    const Tenferro__Fft *w = op->fft;
+    if (!w) {
+        snprintf(msg, len, "fft: the operation carries no Fft descriptor (Op.fft)");
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (w->n_axes > TF_MAX_RANK) {
+        snprintf(msg, len, "fft: %zu axes given: at most %d expected", w->n_axes, TF_MAX_RANK);
+        return TF_ERR_AXIS;
+    }
+    memset(f, 0, sizeof *f);
+    f->kind = (tf__fft_kind)w->kind;
+    f->inverse = w->inverse != 0;
+    f->norm = (tf__fft_norm)w->norm;
+    f->n_axes = (int)w->n_axes;
+    for (size_t i = 0; i < w->n_axes; i++) f->axes[i] = w->axes[i];
+    f->last_length = w->last_length;
+    return tf__infer_fft(f, in, out, msg, len);
+}
+
+
+tf_status tfd_op_decode(const Tenferro__Op *op, int test_fault_allowed, tfd_op *d, char *msg,
+                        size_t len) {
+    memset(d, 0, sizeof *d);
+    const tf__op_kind kind = (tf__op_kind)op->kind;
+    int arity = kind == TF__OP_FFT ? 1 : tf__op_arity(kind);
+    if (kind == TF__OP_CONTRACT) {
+        tf_status st = take_contraction(op, &d->contract, msg, len);
+        if (st != TF_OK) return st;
+        arity = (int)op->n_inputs;
+    }
+    if (op->kind >= TF__OP_KIND_COUNT || arity <= 0) {
+        snprintf(msg, len, "unknown operation kind %u", op->kind);
+        return TF_ERR_UNSUPPORTED;
+    }
+    if ((int)op->n_inputs != arity) {
+        snprintf(msg, len, "%s takes %d inputs, got %zu", tf__op_name(kind), arity, op->n_inputs);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (op->n_params > TF_MAX_RANK) {
+        snprintf(msg, len, "%s: %zu parameters, at most %d allowed", tf__op_name(kind), op->n_params,
+                 TF_MAX_RANK);
+        return TF_ERR_AXIS;
+    }
+    /* Fault injection exists only for a daemon started for tests (docs/cuda.md). */
+    if (kind == TF__OP_TEST_FAULT && !test_fault_allowed) {
+        snprintf(msg, len, "test_fault makes the device fault and is served only by a tenferrod "
+                           "started with --test-fault-injection ([testing] fault_injection = true)");
+        return TF_ERR_UNSUPPORTED;
+    }
+    d->kind = kind;
+    d->n_inputs = arity;
+    d->n_params = (int)op->n_params;
+    for (size_t i = 0; i < op->n_params; i++) d->params[i] = op->params[i];
+    d->flags = op->flags;
+    d->alpha.re = op->alpha_re;
+    d->alpha.im = op->alpha_im;
+    d->beta.re = op->beta_re;
+    d->beta.im = op->beta_im;
+    return TF_OK;
+}
+
+tf_status tfd_op_infer(const Tenferro__Op *op, tfd_op *d, const tf__meta *in, tf__meta *out,
+                       char *msg, size_t len) {
+    switch (d->kind) {
+    case TF__OP_CONTRACT: return tf__infer_contract(&d->contract, in, out, msg, len);
+    case TF__OP_FFT: return prepare_fft(op, &in[0], &d->fft, out, msg, len);
+    default:
+        return tf__infer_output(d->kind, in, d->n_inputs, d->params, d->n_params, d->flags, out,
+                                msg, len);
+    }
+}

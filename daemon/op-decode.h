@@ -1,0 +1,34 @@
+/*
+ * A wire operation (Tenferro__Op) turned into the daemon's tfd_op, in two
+ * steps shared by batches (batch.c) and prepared graphs (graph-plan.c):
+ * decode checks what needs no tensors (kind, arity, parameters, the
+ * descriptors' own limits), infer runs the shape rules against the inputs'
+ * metadata and gives the output's. Neither touches tensors or memory.
+ */
+#ifndef TENFERRO_DAEMON_OP_DECODE_H
+#define TENFERRO_DAEMON_OP_DECODE_H
+
+#include <stddef.h>
+
+#include "common/frame.h"
+#include "common/ops.h"
+#include "daemon/backend/backend.h"
+
+/*
+ * Fills d (zeroed first) with op's kind, input count, parameters, flags,
+ * scalars and contraction labels. Refused: an unknown kind, FREE and
+ * RUN_PREPARED (which the callers handle themselves), the wrong number of
+ * inputs, too many parameters, a contraction descriptor out of its limits,
+ * and TEST_FAULT unless test_fault_allowed.
+ */
+tf_status tfd_op_decode(const Tenferro__Op *op, int test_fault_allowed, tfd_op *d, char *msg,
+                        size_t len);
+
+/*
+ * With the metadata of d's inputs: runs the operation's shape rules, fills
+ * the FFT descriptor from op, and writes the output's metadata.
+ */
+tf_status tfd_op_infer(const Tenferro__Op *op, tfd_op *d, const tf__meta *in, tf__meta *out,
+                       char *msg, size_t len);
+
+#endif
