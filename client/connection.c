@@ -371,6 +371,7 @@ tf_status tf_connect(const char *socket_path, tf_client **out) {
     c->failed_index = -1;
     c->view.client = c;
     tf__id_table_init(&c->handles, sizeof(tf__handle));
+    tf__id_table_init(&c->prepared, sizeof(tf__prepared_rec));
     const char *path = resolve_path(socket_path);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     tf_status st = TF_OK;
@@ -403,6 +404,8 @@ void tf_disconnect(tf_client *c) {
     for (unsigned i = 0; i < c->n_fds; i++) close(c->fds[i].fd);
     if (c->fd >= 0) close(c->fd);
     tf__id_table_free(&c->handles);
+    tf__prepared_forget_all(c);
+    for (size_t i = 0; i < c->n_queued; i++) tf__queued_op_release(&c->queue[i]);
     free(c->queue);
     free(c->rbuf);
     free(c);

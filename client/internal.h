@@ -74,10 +74,15 @@ typedef struct tf__queued_op {
     uint32_t contract_labels[3][TF_MAX_RANK]; /* labels_a, labels_b, labels_out */
     tf__fft fft;           /* TF__OP_FFT: the descriptor (view-fft.c) */
     Tenferro__Fft wire_fft; /* its wire form while a Submit is encoded */
+    /* TF__OP_RUN_PREPARED (graph.c): the graph, and its inputs then outputs (malloc'd). */
+    uint64_t prepared;
+    int n_run_inputs, n_run_outputs;
+    uint64_t *run_io;
 } tf__queued_op;
 
 struct tf_view {
     tf_client *client;
+    struct tf_graph *graph; /* recording: operations become this graph's nodes (graph.c) */
 };
 
 struct tf_session {
@@ -131,6 +136,8 @@ struct tf_client {
     tf_pinned_buffer *staging; /* the blocking routes' reusable buffer, NULL until first use */
     size_t staging_refused;    /* smallest staging size the daemon refused (0: none) */
 
+    tf__id_table prepared; /* of tf__prepared_rec: this connection's prepared graphs (graph.c) */
+
     /* Waiting for a synchronize (wait-spin.c). */
     uint64_t spin_until_ns;      /* replies are polled for until then (0: the short default) */
     uint64_t wait_spin_max_ns;   /* TENFERRO_WAIT_SPIN_US: the longest poll of one wait */
@@ -163,6 +170,44 @@ int tf__take_fd(tf_client *c);
  * else TF_ERR_DISCONNECTED with the reason. Nothing else may arrive unasked.
  */
 tf_status tf__check_connection(tf_client *c);
+
+/* ---- graphs being recorded and prepared graphs (graph.c) ---- */
+
+/* What the client keeps of a prepared graph: the metadata its runs are checked against. */
+typedef struct tf__prepared_rec {
+    uint64_t id; /* unique in the process, so another connection's handle is never this one's */
+    int n_inputs, n_outputs;
+    tf__meta *meta; /* inputs, then outputs */
+} tf__prepared_rec;
+
+/* The handle table a view's operations read and create tensors in. */
+tf__id_table *tf__view_handles(tf_view *v);
+/* Makes room for one more operation on the view (the session queue or the graph); NULL when out of memory. */
+tf__queued_op *tf__view_slot(tf_view *v);
+/* Counts the operation tf__view_slot handed out as recorded, and gives the next tensor id. */
+void tf__view_commit(tf_view *v);
+uint64_t tf__view_next_id(tf_view *v);
+/* The operations recorded on the view so far, and how many. */
+tf__queued_op *tf__view_ops(tf_view *v, size_t *n);
+/* Takes back the view's operations from `start` on (a call that failed part-way). */
+void tf__view_truncate(tf_view *v, size_t start);
+/* A tensor v's operations may read (an idle tensor of the client, or a value of the recording graph). */
+tf_status tf__view_lookup(tf_view *v, tf_tensor t, tf__handle **out);
+/* Drops a result the view no longer needs (einsum's intermediates): queued free, or nothing in a graph. */
+tf_status tf__view_drop(tf_view *v, tf_tensor t);
+/* The recording graph's side of those (graph.c). */
+tf__queued_op *tf__graph_slot(struct tf_graph *g);
+void tf__graph_commit(struct tf_graph *g);
+uint64_t tf__graph_next_id(struct tf_graph *g);
+tf__id_table *tf__graph_handles(struct tf_graph *g);
+tf__queued_op *tf__graph_ops(struct tf_graph *g, size_t *n);
+void tf__graph_truncate(struct tf_graph *g, size_t n);
+/* Forgets the client's prepared graphs (tf_disconnect). */
+void tf__prepared_forget_all(tf_client *c);
+/* Frees what a queued operation owns (a run's inputs and outputs). */
+void tf__queued_op_release(tf__queued_op *q);
+/* Builds the wire form of n queued operations into ops[] / ptrs[] (session.c). */
+void tf__encode_ops(tf__queued_op *queue, size_t n, Tenferro__Op *ops, Tenferro__Op **ptrs);
 
 /* ---- waiting for a synchronize (wait-spin.c) ---- */
 
@@ -301,7 +346,7 @@ tf_status tf__view_check(tf_view *v);
  * Queues an OP_CONTRACT whose descriptor and output metadata the caller has
  * checked (client/view-einsum.c); returns its output handle.
  */
-tf_status tf__queue_contract(tf_client *c, const tf__contraction *k, const tf_tensor *inputs,
+tf_status tf__queue_contract(tf_view *v, const tf__contraction *k, const tf_tensor *inputs,
                              const tf__meta *out_meta, tf_tensor *out);
 
 /*

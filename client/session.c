@@ -45,18 +45,29 @@ static void send_unsettled_frees(tf_client *c, size_t from) {
  * After a submission: accepted outputs become live, the rest are forgotten;
  * frees that did not run are sent on their own.
  */
+/* Marks an accepted operation's output live, or forgets a refused one's. */
+static void settle_output(tf_client *c, uint64_t id, int accepted) {
+    if (accepted) {
+        tf__handle *h = tf__id_table_find(&c->handles, id);
+        if (h) h->pending = 0;
+    } else {
+        tf__id_table_remove(&c->handles, id, NULL);
+    }
+}
+
 static void settle_queue(tf_client *c, size_t accepted) {
     for (size_t i = 0; i < c->n_queued; i++) {
         tf__queued_op *q = &c->queue[i];
         if (q->kind == TF__OP_FREE) continue;
-        if (i < accepted) {
-            tf__handle *h = tf__id_table_find(&c->handles, q->output);
-            if (h) h->pending = 0;
+        if (q->kind == TF__OP_RUN_PREPARED) {
+            for (int o = 0; o < q->n_run_outputs; o++)
+                settle_output(c, q->run_io[q->n_run_inputs + o], i < accepted);
         } else {
-            tf__id_table_remove(&c->handles, q->output, NULL);
+            settle_output(c, q->output, i < accepted);
         }
     }
     send_unsettled_frees(c, accepted);
+    for (size_t i = 0; i < c->n_queued; i++) tf__queued_op_release(&c->queue[i]);
     c->n_queued = 0;
 }
 
@@ -81,10 +92,9 @@ static void encode_contraction(tf__queued_op *q, Tenferro__Op *op) {
     op->contraction = m;
 }
 
-/* Builds the wire form of queued operations [from, from+n). */
-static void encode_ops(tf_client *c, size_t from, size_t n, Tenferro__Op *ops, Tenferro__Op **ptrs) {
+void tf__encode_ops(tf__queued_op *queue, size_t n, Tenferro__Op *ops, Tenferro__Op **ptrs) {
     for (size_t i = 0; i < n; i++) {
-        tf__queued_op *q = &c->queue[from + i];
+        tf__queued_op *q = &queue[i];
         Tenferro__Op *op = &ops[i];
         tenferro__op__init(op);
         op->kind = q->kind;
@@ -100,6 +110,13 @@ static void encode_ops(tf_client *c, size_t from, size_t n, Tenferro__Op *ops, T
         op->beta_im = q->beta.im;
         if (q->kind == TF__OP_CONTRACT) encode_contraction(q, op);
         if (q->kind == TF__OP_FFT) tf__encode_fft(q, op);
+        if (q->kind == TF__OP_RUN_PREPARED) {
+            op->prepared = q->prepared;
+            op->n_inputs = (size_t)q->n_run_inputs;
+            op->inputs = q->run_io;
+            op->n_outputs = (size_t)q->n_run_outputs;
+            op->outputs = q->run_io + q->n_run_inputs;
+        }
         ptrs[i] = op;
     }
 }
@@ -111,7 +128,7 @@ static void encode_ops(tf_client *c, size_t from, size_t n, Tenferro__Op *ops, T
 static size_t encode_frame_ops(tf_client *c, size_t from, Tenferro__Op *ops, Tenferro__Op **ptrs) {
     size_t budget = (size_t)c->max_frame_bytes - SUBMIT_FIELDS_BYTES, used = 0, n = 0;
     while (from + n < c->n_queued && n < OPS_PER_FRAME) {
-        encode_ops(c, from + n, 1, &ops[n], &ptrs[n]);
+        tf__encode_ops(&c->queue[from + n], 1, &ops[n], &ptrs[n]);
         size_t cost = tenferro__op__get_packed_size(&ops[n]) + OP_FRAMING_BYTES;
         if (n > 0 && used + cost > budget) break;
         used += cost;

@@ -19,13 +19,14 @@ _Static_assert(TF_EINSUM_MAX_OPERANDS == TF__EINSUM_MAX_OPERANDS,
                "the public and the shared operand limits differ");
 
 /*
- * Parses and orders an expression on this client's tensors (with `idle`,
- * none may be in a pending transfer): the checks of the arguments, then the
- * parser's and the path's, their messages left in the client's last error.
+ * Parses and orders an expression on this client's tensors (with a view v,
+ * the tensors its operations may read: idle ones, or a recording graph's
+ * values): the checks of the arguments, then the parser's and the path's,
+ * their messages left in the client's last error.
  */
-static tf_status plan(tf_client *c, const char *subscripts, int n_operands,
-                      const tf_tensor *operands, const tf_einsum_options *opt, int idle,
-                      tf__einsum *e, tf__einsum_path *p) {
+static tf_status plan(tf_client *c, tf_view *v, const char *subscripts, int n_operands,
+                      const tf_tensor *operands, const tf_einsum_options *opt, tf__einsum *e,
+                      tf__einsum_path *p) {
     if (!subscripts) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "einsum: subscripts is NULL");
     if (n_operands < 1 || n_operands > TF_EINSUM_MAX_OPERANDS)
         return tf__fail(c, TF_ERR_INVALID_ARGUMENT,
@@ -40,7 +41,7 @@ static tf_status plan(tf_client *c, const char *subscripts, int n_operands,
     tf__meta metas[TF_EINSUM_MAX_OPERANDS];
     for (int i = 0; i < n_operands; i++) {
         tf__handle *h = NULL;
-        tf_status st = idle ? tf__lookup_idle(c, operands[i], &h) : tf__lookup(c, operands[i], &h);
+        tf_status st = v ? tf__view_lookup(v, operands[i], &h) : tf__lookup(c, operands[i], &h);
         if (st != TF_OK) return st;
         metas[i] = h->meta;
     }
@@ -49,14 +50,6 @@ static tf_status plan(tf_client *c, const char *subscripts, int n_operands,
     if (st != TF_OK) return st;
     return tf__einsum_path_find(e, opt ? opt->optimize : TF_EINSUM_GREEDY, p, c->last_error,
                                 sizeof c->last_error);
-}
-
-/* Takes back the operations queued from `start` on, and their outputs. */
-static void forget_from(tf_client *c, size_t start) {
-    for (size_t i = start; i < c->n_queued; i++)
-        if (c->queue[i].kind != TF__OP_FREE)
-            tf__id_table_remove(&c->handles, c->queue[i].output, NULL);
-    c->n_queued = start;
 }
 
 tf_status tf_view_einsum_opt(tf_view *v, const char *subscripts, int n_operands,
@@ -68,9 +61,10 @@ tf_status tf_view_einsum_opt(tf_view *v, const char *subscripts, int n_operands,
     if (!out) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "einsum: out is NULL");
     tf__einsum e;
     tf__einsum_path p;
-    st = plan(c, subscripts, n_operands, operands, opt, 1, &e, &p);
+    st = plan(c, v, subscripts, n_operands, operands, opt, &e, &p);
     if (st != TF_OK) return st;
-    const size_t start = c->n_queued;
+    size_t start;
+    (void)tf__view_ops(v, &start);
     tf_tensor made[TF__EINSUM_MAX_OPERANDS]; /* the result of each step */
     for (int k = 0; k < p.n_steps && st == TF_OK; k++) {
         tf__contraction kc;
@@ -80,15 +74,12 @@ tf_status tf_view_einsum_opt(tf_view *v, const char *subscripts, int n_operands,
         tf_tensor in[2] = {0, 0};
         for (int x = 0; x < kc.n_inputs; x++)
             in[x] = ids[x] < n_operands ? operands[ids[x]] : made[ids[x] - n_operands];
-        st = tf__queue_contract(c, &kc, in, &meta, &made[k]);
-        for (int x = 0; x < kc.n_inputs && st == TF_OK; x++) {
-            if (ids[x] < n_operands) continue;
-            st = tf__queue_free(c, in[x]);
-            tf__id_table_remove(&c->handles, in[x], NULL);
-        }
+        st = tf__queue_contract(v, &kc, in, &meta, &made[k]);
+        for (int x = 0; x < kc.n_inputs && st == TF_OK; x++)
+            if (ids[x] >= n_operands) st = tf__view_drop(v, in[x]);
     }
     if (st != TF_OK) {
-        forget_from(c, start);
+        tf__view_truncate(v, start);
         return st;
     }
     *out = made[p.n_steps - 1];
@@ -109,7 +100,7 @@ tf_status tf_einsum_path(tf_client *c, const char *subscripts, int n_operands,
     if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
     tf__einsum e;
     tf__einsum_path p;
-    tf_status st = plan(c, subscripts, n_operands, operands, opt, 0, &e, &p);
+    tf_status st = plan(c, NULL, subscripts, n_operands, operands, opt, &e, &p);
     if (st != TF_OK) return st;
     *info = tf__einsum_report(&e, &p);
     if (!*info) return tf__fail(c, TF_ERR_NO_MEMORY, "einsum path: out of memory for the report");

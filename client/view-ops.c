@@ -40,10 +40,64 @@ static tf__queued_op *queue_slot(tf_client *c) {
     return &c->queue[c->n_queued];
 }
 
-/* Operations are queued only inside a callback, where they belong to a session. */
+tf__queued_op *tf__view_slot(tf_view *v) {
+    return v->graph ? tf__graph_slot(v->graph) : queue_slot(v->client);
+}
+
+void tf__view_commit(tf_view *v) {
+    if (v->graph)
+        tf__graph_commit(v->graph);
+    else
+        v->client->n_queued++;
+}
+
+uint64_t tf__view_next_id(tf_view *v) {
+    return v->graph ? tf__graph_next_id(v->graph) : ++v->client->next_tensor_id;
+}
+
+tf__id_table *tf__view_handles(tf_view *v) {
+    return v->graph ? tf__graph_handles(v->graph) : &v->client->handles;
+}
+
+tf__queued_op *tf__view_ops(tf_view *v, size_t *n) {
+    if (v->graph) return tf__graph_ops(v->graph, n);
+    *n = v->client->n_queued;
+    return v->client->queue;
+}
+
+void tf__view_truncate(tf_view *v, size_t start) {
+    size_t n;
+    tf__queued_op *ops = tf__view_ops(v, &n);
+    tf__id_table *handles = tf__view_handles(v);
+    for (size_t i = start; i < n; i++) {
+        if (ops[i].kind != TF__OP_FREE) tf__id_table_remove(handles, ops[i].output, NULL);
+        tf__queued_op_release(&ops[i]);
+    }
+    if (v->graph)
+        tf__graph_truncate(v->graph, start);
+    else
+        v->client->n_queued = start;
+}
+
+/*
+ * A tensor a view's operation may read: an idle tensor of the client in a
+ * session, a value of the graph on a recording view.
+ */
+static tf_status view_lookup(tf_view *v, tf_tensor t, tf__handle **out) {
+    if (!v->graph) return tf__lookup_idle(v->client, t, out);
+    *out = tf__id_table_find(tf__graph_handles(v->graph), t);
+    if (*out) return TF_OK;
+    return tf__fail(v->client, TF_ERR_UNKNOWN_HANDLE,
+                    "tensor %llu is not a value of the graph being recorded (an input or a "
+                    "result recorded on its view)",
+                    (unsigned long long)t);
+}
+
+/* Operations are queued only inside a callback, where they belong to a session; a recording view always takes them. */
 static tf_status check_view(tf_view *v) {
     if (!v || !v->client) return TF_ERR_INVALID_ARGUMENT;
     tf_client *c = v->client;
+    if (v->graph) return TF_OK;
     if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
     if (!c->in_callback)
         return tf__fail(c, TF_ERR_SESSION_CLOSED,
@@ -59,27 +113,29 @@ tf_status tf__view_inputs(tf_view *v, tf__op_kind kind, int n_inputs, const tf_t
     if (!out) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "%s: out is NULL", tf__op_name(kind));
     for (int i = 0; i < n_inputs; i++) {
         tf__handle *h = NULL;
-        if ((st = tf__lookup_idle(c, inputs[i], &h)) != TF_OK) return st;
+        if ((st = view_lookup(v, inputs[i], &h)) != TF_OK) return st;
         meta[i] = h->meta;
     }
     return TF_OK;
 }
 
+tf_status tf__view_lookup(tf_view *v, tf_tensor t, tf__handle **out) { return view_lookup(v, t, out); }
+
 tf_status tf__queue_push(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,
                          const tf__meta *out_meta, tf_tensor *out, tf__queued_op **record) {
     tf_client *c = v->client;
-    tf__queued_op *q = queue_slot(c);
+    tf__queued_op *q = tf__view_slot(v);
     if (!q) return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing %s", tf__op_name(kind));
     tf__handle outh = {.meta = *out_meta, .pending = 1};
-    outh.id = ++c->next_tensor_id;
-    if (tf__id_table_insert(&c->handles, &outh) != 0)
+    outh.id = tf__view_next_id(v);
+    if (tf__id_table_insert(tf__view_handles(v), &outh) != 0)
         return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing %s", tf__op_name(kind));
     memset(q, 0, sizeof *q);
     q->kind = kind;
     q->n_inputs = n_inputs;
     for (int i = 0; i < n_inputs; i++) q->inputs[i] = inputs[i];
     q->output = outh.id;
-    c->n_queued++;
+    tf__view_commit(v);
     *out = outh.id;
     *record = q;
     return tf__ok(c);
@@ -118,23 +174,19 @@ tf_status tf__queue_free(tf_client *c, tf_tensor t) {
 
 tf_status tf__view_check(tf_view *v) { return check_view(v); }
 
-tf_status tf__queue_contract(tf_client *c, const tf__contraction *k, const tf_tensor *inputs,
+tf_status tf__queue_contract(tf_view *v, const tf__contraction *k, const tf_tensor *inputs,
                              const tf__meta *out_meta, tf_tensor *out) {
-    tf__queued_op *q = queue_slot(c);
-    if (!q) return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing contract");
-    tf__handle outh = {.id = c->next_tensor_id + 1, .meta = *out_meta, .pending = 1};
-    if (tf__id_table_insert(&c->handles, &outh) != 0)
-        return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory queueing contract");
-    c->next_tensor_id++;
-    memset(q, 0, sizeof *q);
-    q->kind = TF__OP_CONTRACT;
-    q->n_inputs = k->n_inputs;
-    for (int i = 0; i < k->n_inputs; i++) q->inputs[i] = inputs[i];
-    q->output = outh.id;
-    q->contract = *k;
-    c->n_queued++;
-    *out = outh.id;
-    return TF_OK;
+    tf__queued_op *q;
+    tf_status st = tf__queue_push(v, TF__OP_CONTRACT, k->n_inputs, inputs, out_meta, out, &q);
+    if (st == TF_OK) q->contract = *k;
+    return st;
+}
+
+tf_status tf__view_drop(tf_view *v, tf_tensor t) {
+    /* A graph's intermediate needs no free: the daemon plans the memory of a graph's values. */
+    tf_status st = v->graph ? TF_OK : tf__queue_free(v->client, t);
+    tf__id_table_remove(tf__view_handles(v), t, NULL);
+    return st;
 }
 
 static const tf_scalar no_scalar = {0, 0};

@@ -9,6 +9,7 @@
  * between them.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/spin.h"
@@ -16,6 +17,7 @@
 #include "daemon/conn.h"
 #include "daemon/log.h"
 #include "daemon/op-decode.h"
+#include "daemon/prepared.h"
 #include "daemon/quota.h"
 #include "daemon/server.h"
 #include "daemon/unwritten.h"
@@ -259,6 +261,183 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     return TF_OK;
 }
 
+/* What a run item carries: its instance and the device pointers of its inputs, then outputs. */
+typedef struct run_args {
+    tfd_prepared_exec *exec;
+    int n_in, n_out;
+    size_t *out_bytes;
+    void *ptr[]; /* n_in inputs, then n_out outputs */
+} run_args;
+
+/* Worker: one run of the prepared graph. */
+static tf_status run_prepared(tfd_backend *be, void *native, void *arg, char *msg, size_t len) {
+    run_args *a = arg;
+    return tfd_prepared_run(be, native, a->exec, a->ptr, a->ptr + a->n_in, msg, len);
+}
+
+/* Worker: a run that did not happen (or failed) leaves its outputs holding zeros. */
+static void run_skipped(tfd_backend *be, void *native, void *arg) {
+    run_args *a = arg;
+    for (int o = 0; o < a->n_out; o++)
+        if (a->out_bytes[o]) (void)be->vt->fill_zero(be, native, a->ptr[a->n_in + o], a->out_bytes[o]);
+}
+
+static void run_drop(void *arg) {
+    run_args *a = arg;
+    if (a) free(a->out_bytes);
+    free(a);
+}
+
+/* "f32 [64, 4096]" into buf. */
+static void describe_meta(const tf__meta *m, char *buf, size_t len) {
+    size_t at = (size_t)snprintf(buf, len, "%s [", tf_dtype_name(m->dtype));
+    for (int i = 0; i < m->rank && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, i ? ", %lld" : "%lld", (long long)m->shape[i]);
+    if (at < len) snprintf(buf + at, len - at, "]");
+}
+
+/* 1 when a tensor's metadata is the one a graph input was recorded with. */
+static int same_meta(const tf__meta *a, const tf__meta *b) {
+    if (a->dtype != b->dtype || a->rank != b->rank) return 0;
+    for (int i = 0; i < a->rank; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+/* Takes outputs 0..n-1 of a refused run back out of the table; their blocks go as at creation. */
+static void unmake_outputs(tfd_conn *c, chain *ch, const Tenferro__Op *op, int n,
+                           tfd_item **spares) {
+    for (int o = 0; o < n; o++) {
+        tfd_tensor rec;
+        if (tfd_tensor_table_remove(&c->tensors, op->outputs[o], &rec) != 0) continue;
+        c->srv->counters.tensors_created--;
+        if (spares[o]) {
+            chain_free(ch, spares[o]); /* earlier items may still read it */
+        } else {
+            c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data,
+                                     rec.bytes);
+            tfd_executor_note_free(c->srv->ex, rec.bytes);
+        }
+    }
+}
+
+/*
+ * OP_RUN_PREPARED: the preflight of docs/prepared.md (the graph is this
+ * connection's and live, the inputs are its own idle tensors of the
+ * recorded dtypes and shapes, the outputs fresh ids), then the outputs'
+ * memory under the quotas, then one run item. A refusal changes nothing.
+ */
+static tf_status prepare_run(tfd_conn *c, const Tenferro__Op *op, uint64_t accepted, chain *ch,
+                             char *msg, size_t len) {
+    const tfd_prepared_ref *ref = tf__id_table_find(&c->prepared, op->prepared);
+    if (!ref || ref->freed) {
+        snprintf(msg, len,
+                 "run_prepared: prepared graph %llu is not live on this connection (never "
+                 "prepared here, or freed)",
+                 (unsigned long long)op->prepared);
+        return TF_ERR_UNKNOWN_HANDLE;
+    }
+    tfd_prepared_exec *x = tfd_prepared_exec_of(ref->entry);
+    const tfd_graph_plan *p = tfd_prepared_plan(x);
+    if (op->n_inputs != (size_t)p->n_inputs || op->n_outputs != (size_t)p->n_outputs) {
+        snprintf(msg, len, "run_prepared: the graph takes %d inputs and gives %d outputs; the run "
+                           "names %zu and %zu",
+                 p->n_inputs, p->n_outputs, op->n_inputs, op->n_outputs);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    tf_status st = TF_OK;
+    for (int i = 0; i < p->n_inputs; i++) {
+        tfd_tensor *t = tfd_usable_tensor(c, op->inputs[i], "run_prepared", i, &st, msg, len);
+        if (!t) return st;
+        const tf__meta *want = &p->values[i].meta;
+        if (!same_meta(&t->meta, want)) {
+            char got_s[96], want_s[96];
+            describe_meta(&t->meta, got_s, sizeof got_s);
+            describe_meta(want, want_s, sizeof want_s);
+            snprintf(msg, len, "run_prepared input %d: the graph was prepared for %s, tensor %llu is %s",
+                     i, want_s, (unsigned long long)op->inputs[i], got_s);
+            return t->meta.dtype != want->dtype ? TF_ERR_DTYPE : TF_ERR_SHAPE;
+        }
+    }
+    uint64_t total = 0;
+    for (int o = 0; o < p->n_outputs; o++) {
+        const uint64_t id = op->outputs[o];
+        int repeated = 0;
+        for (int j = 0; j < o; j++) repeated |= op->outputs[j] == id;
+        if (id == 0 || repeated || tfd_tensor_table_find(&c->tensors, id)) {
+            snprintf(msg, len, "run_prepared output %d: handle %llu is zero, repeated or in use", o,
+                     (unsigned long long)id);
+            return TF_ERR_INVALID_ARGUMENT;
+        }
+        total += p->values[p->outputs[o]].bytes;
+    }
+    if ((st = tfd_quota_check(c, total, (uint64_t)p->n_outputs, accepted + 1, msg, len)) != TF_OK)
+        return st;
+    tfd_item *it = tfd_item_new(TFD_ITEM_RUN);
+    run_args *a = malloc(sizeof *a + sizeof(void *) * (size_t)(p->n_inputs + p->n_outputs));
+    size_t *out_bytes = calloc((size_t)p->n_outputs, sizeof *out_bytes);
+    tfd_item *spares[TFD_GRAPH_MAX_OUTPUTS] = {0};
+    if (!it || !a || !out_bytes) {
+        tfd_item_free(it);
+        free(a);
+        free(out_bytes);
+        snprintf(msg, len, "out of host memory");
+        return TF_ERR_NO_MEMORY;
+    }
+    a->exec = x;
+    a->n_in = p->n_inputs;
+    a->n_out = p->n_outputs;
+    a->out_bytes = out_bytes;
+    for (int i = 0; i < p->n_inputs; i++) {
+        tfd_tensor *t = tfd_tensor_table_find(&c->tensors, op->inputs[i]);
+        if ((st = tfd_unwritten_settle(c, t, msg, len)) != TF_OK) break;
+        a->ptr[i] = t->data;
+    }
+    int made = 0;
+    for (int o = 0; o < p->n_outputs && st == TF_OK; o++) {
+        const tfd_graph_value *v = &p->values[p->outputs[o]];
+        tfd_tensor rec = {.id = op->outputs[o], .meta = v->meta, .bytes = v->bytes,
+                          .written = v->bytes};
+        spares[o] = rec.bytes ? chain_take_spare(ch, rec.bytes) : NULL;
+        if (spares[o])
+            rec.data = spares[o]->u.free.ptr;
+        else
+            st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
+        if (st == TF_OK && tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
+            snprintf(msg, len, "out of host memory");
+            st = TF_ERR_NO_MEMORY;
+            if (spares[o]) {
+                chain_free(ch, spares[o]);
+            } else {
+                c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data,
+                                         rec.bytes);
+                tfd_executor_note_free(c->srv->ex, rec.bytes);
+            }
+            spares[o] = NULL;
+        }
+        if (st != TF_OK) break;
+        c->srv->counters.tensors_created++;
+        a->ptr[p->n_inputs + o] = rec.data;
+        out_bytes[o] = rec.bytes;
+        made++;
+    }
+    if (st != TF_OK) {
+        unmake_outputs(c, ch, op, made, spares);
+        tfd_item_free(it);
+        run_drop(a);
+        return st;
+    }
+    for (int o = 0; o < made; o++)
+        if (spares[o]) tfd_item_free(spares[o]);
+    it->u.run.fn = run_prepared;
+    it->u.run.skipped = run_skipped;
+    it->u.run.drop = run_drop;
+    it->u.run.arg = a;
+    chain_push(ch, it);
+    c->srv->counters.prepared_runs++;
+    return TF_OK;
+}
+
 void tfd_batch_begin(tfd_conn *c, tfd_batch_job *job, Tenferro__Op **ops, size_t n_ops) {
     memset(job, 0, sizeof *job);
     job->ops = ops;
@@ -287,6 +466,9 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
         tfd_item *before = ch.last;
         tf_status st = op->kind == TF__OP_FREE
                            ? prepare_free(c, op, &ch, out->message, sizeof out->message)
+                       : op->kind == TF__OP_RUN_PREPARED
+                           ? prepare_run(c, op, out->accepted - flushed, &ch, out->message,
+                                         sizeof out->message)
                            : prepare_op(c, op, out->accepted - flushed, &ch, out->message,
                                         sizeof out->message);
         if (st != TF_OK) {

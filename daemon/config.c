@@ -370,6 +370,9 @@ static const setting settings[] = {
     {"priority", "low", "priority-low", 0, set_low, 1, "users/@groups whose streams run last"},
     {"testing", "fault_injection", "test-fault-injection", AT(test_fault_injection), set_bool, 0,
      "serve the fault-injection operation, which makes the device fault (tests only; false)"},
+    {"caches", "prepared_graphs", "prepared-graphs", AT(prepared_graphs), set_u64, 0, "prepared-graph instances kept for the next equal prepare, in use or idle (64; 0 = unbounded)"},
+    {"limits", "max_graph_nodes", "max-graph-nodes", AT(max_graph_nodes), set_int, 1, "nodes one prepared graph may have (4096)"},
+    {"limits", "max_prepared", "max-prepared", AT(max_prepared), set_int, 1, "prepared graphs one client may hold (256; 0 = unlimited)"},
     {"caches", "contraction_plans", "contraction-plans", AT(contraction_plans), set_u64, 1, "contraction plans kept, least recently used dropped (256; 0 = unbounded)"},
     {"caches", "fft_plans", "fft-plans", AT(caches.fft_plans), set_u64, 0, "FFT plans kept (LRU bound, 64; 0 = unbounded)"},
     {"caches", "fftw_planner", "fftw-planner", AT(caches.fftw_planner), set_planner, 0, "estimate, measure or patient (cpu)"},
@@ -404,6 +407,9 @@ void tfd_options_defaults(tfd_options *opt) {
     opt->log_level = TFD_LOG_INFO;
     opt->busy_poll_us = -1;
     opt->contraction_plans = TFD_CONTRACT_PLANS_DEFAULT;
+    opt->prepared_graphs = 64;
+    opt->max_graph_nodes = 4096;
+    opt->max_prepared = 256;
     opt->caches.fft_plans = 64;
     opt->caches.fftw_planner = TFD_FFTW_ESTIMATE;
     snprintf(opt->caches.fftw_wisdom, sizeof opt->caches.fftw_wisdom, "%s", TFD_DEFAULT_FFTW_WISDOM);

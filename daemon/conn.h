@@ -13,6 +13,7 @@
 
 #include "common/completion.h"
 #include "common/frame.h"
+#include "common/id-table.h"
 #include "daemon/executor.h"
 #include "daemon/pinned.h"
 #include "daemon/reservation.h"
@@ -57,6 +58,8 @@ struct tfd_conn {
     size_t rstart, rlen, rcap; /* unread bytes are rbuf[rstart .. rstart+rlen) */
 
     tfd_tensor_table tensors;
+    tf__id_table prepared;   /* tfd_prepared_ref by the client's id (handle-prepare.c) */
+    uint64_t prepared_bytes; /* device memory of those, for the quotas */
     tfd_stream *stream;
     uint64_t session_id; /* held session, 0 if none */
     int scoped_active;   /* a scoped root is between its first and final frame */
@@ -126,6 +129,9 @@ void tfd_conn_eof_progress(tfd_conn *c);
 
 /* Queues a marker whose completion runs done(item) with item->done_arg. */
 tf_status tfd_conn_enqueue_marker(tfd_conn *c, tfd_item_done_fn done, void *arg);
+
+/* Gives every prepared graph of a connection whose stream is drained back to the cache (handle-prepare.c). */
+void tfd_conn_prepared_release(tfd_conn *c);
 
 /* Frees a closing connection once its pipe is closed, its stream drained and no transfer is in flight. */
 void tfd_conn_maybe_free(tfd_conn *c);

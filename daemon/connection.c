@@ -343,6 +343,7 @@ void tfd_conn_maybe_free(tfd_conn *c) {
     /* Tensors the close found no memory to queue a free for go now that the stream is idle. */
     tfd_tensor_table_each(&c->tensors, free_left, c);
     srv->counters.tensors_freed += c->tensors.count;
+    tfd_conn_prepared_release(c); /* the stream is drained: no run of them is left */
     tfd_stream_destroy(c->stream);
     tfd_tensor_table_destroy(&c->tensors);
     tfd_conn_buffers_release(c, 1);
@@ -860,6 +861,7 @@ void tfd_conn_accept(tfd_server *srv) {
     snprintf(c->name, sizeof c->name, "?");
     tfd_tensor_table_init(&c->tensors);
     tfd_pinned_table_init(&c->buffers);
+    tf__id_table_init(&c->prepared, sizeof(tfd_prepared_ref));
     c->next = srv->conns;
     if (srv->conns) srv->conns->prev = c;
     srv->conns = c;

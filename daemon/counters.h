@@ -44,7 +44,11 @@
     X(transfers_completed)    \
     X(transfers_failed)       \
     X(transfers_detached)     \
-    X(mailbox_requests)
+    X(mailbox_requests)       \
+    X(graphs_prepared)        \
+    X(graphs_refused)         \
+    X(graphs_freed)           \
+    X(prepared_runs)
 
 typedef struct tfd_counters {
 #define TFD_COUNTER_FIELD_(name) uint64_t name;

@@ -48,6 +48,12 @@ void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
     case TENFERRO__FRAME__BODY_BUFFER_FREE:
         tfd_handle_buffer_free(c, frame);
         return;
+    case TENFERRO__FRAME__BODY_PREPARE:
+        tfd_handle_prepare(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_PREPARED_FREE:
+        tfd_handle_prepared_free(c, frame);
+        return;
     case TENFERRO__FRAME__BODY_TRANSFER:
         tfd_handle_transfer(c, frame);
         return;

@@ -330,13 +330,23 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
     case TFD_ITEM_CALL:
         it->u.call.fn(s, it->u.call.arg);
         break;
+    case TFD_ITEM_RUN:
+        if (s->failure.status == TF_OK) {
+            st = it->u.run.fn(be, s->native, it->u.run.arg, msg, sizeof msg);
+            atomic_fetch_add(&ex->counters.ops_executed, 1);
+            if (st != TF_OK) note_failure(s, it, st, msg);
+        }
+        if (st != TF_OK || s->failure.status != TF_OK) it->u.run.skipped(be, s->native, it->u.run.arg);
+        break;
     case TFD_ITEM_FREE:
         be->vt->free(be, s->native, it->u.free.ptr, it->u.free.bytes);
         tfd_executor_note_free(ex, it->u.free.bytes);
         break;
     case TFD_ITEM_MARKER:
-        it->outcome = s->failure;
-        memset(&s->failure, 0, sizeof s->failure);
+        if (!it->keeps_failure) {
+            it->outcome = s->failure;
+            memset(&s->failure, 0, sizeof s->failure);
+        }
         complete_item(s, it);
         return;
     }

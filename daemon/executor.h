@@ -37,6 +37,7 @@ typedef enum tfd_item_type {
     TFD_ITEM_MARKER = 5, /* complete once everything before it has completed */
     TFD_ITEM_ZERO = 6,   /* zero device memory a client has not written (never skipped) */
     TFD_ITEM_CALL = 7,   /* run u.call.fn on the worker, in order (never skipped) */
+    TFD_ITEM_RUN = 8,    /* run u.run.fn like an operation (a prepared graph's run) */
 } tfd_item_type;
 
 /* Runs on the loop thread when a READ, MARKER or waited-for WRITE item has completed. */
@@ -80,6 +81,18 @@ struct tfd_item {
             void (*fn)(tfd_stream *s, void *arg);
             void *arg;
         } call;
+        /*
+         * RUN: fn runs on the worker like an operation (skipped while the
+         * stream has a failure, a failure of its own recorded like one);
+         * skipped runs when fn did not run or failed, to leave the outputs
+         * holding zeros; drop frees arg when the item goes.
+         */
+        struct {
+            tf_status (*fn)(tfd_backend *be, void *native, void *arg, char *msg, size_t msg_len);
+            void (*skipped)(tfd_backend *be, void *native, void *arg);
+            void (*drop)(void *arg);
+            void *arg;
+        } run;
     } u;
     /*
      * For READ and MARKER, and for a WRITE that sets it (a pending upload):
@@ -89,6 +102,7 @@ struct tfd_item {
      */
     tfd_item_done_fn done;
     tfd_item_early_fn early; /* optional; see tfd_item_early_fn */
+    int keeps_failure;       /* MARKER: completes OK and leaves the stream's failure to the next one */
     void *done_arg;
     uint64_t tag;        /* the waiting request's sequence number */
     tfd_item_outcome outcome;

@@ -9,6 +9,7 @@
  * or answers TF_ERR_BUSY while a held session has the device checked out.
  * Every action is logged with who asked for it.
  */
+#include <string.h>
 #include <unistd.h>
 
 #include "daemon/access.h"
@@ -86,6 +87,22 @@ static void drain(tfd_conn *c, uint64_t seq) {
                    clients, clients == 1 ? "" : "s");
 }
 
+/* Worker: destroys the prepared-graph instances trim let go of (that may wait for the device). */
+static void drain_on_worker(tfd_stream *s, void *arg) {
+    (void)s;
+    tfd_prepared_cache_drain(arg);
+}
+
+/* Queues that drain on the asking connection's stream (without memory, the next build drains). */
+static void drain_prepared_later(tfd_conn *c) {
+    if (!c->stream) return;
+    tfd_item *it = tfd_item_new(TFD_ITEM_CALL);
+    if (!it) return;
+    it->u.call.fn = drain_on_worker;
+    it->u.call.arg = &c->srv->prepared;
+    tfd_stream_enqueue(c->stream, it, it, 1);
+}
+
 /* Returns the device's cached memory, unless a held session has the device checked out. */
 static void trim(tfd_conn *c, uint64_t seq) {
     tfd_server *srv = c->srv;
@@ -96,12 +113,21 @@ static void trim(tfd_conn *c, uint64_t seq) {
         return;
     }
     tfd_backend *be = &srv->backend;
+    const uint64_t graphs = tfd_prepared_cache_clear(&srv->prepared);
+    drain_prepared_later(c);
     if (!be->vt->trim) {
-        tfd_conn_reply(c, seq, TF_OK, "the %s backend keeps no memory to trim", be->vt->name);
+        tfd_conn_reply(c, seq, TF_OK,
+                       "the %s backend keeps no memory to trim; %llu prepared graph%s let go", be->vt->name,
+                       (unsigned long long)graphs, graphs == 1 ? "" : "s");
         return;
     }
-    char msg[256] = "";
+    char msg[400] = "";
     tf_status st = be->vt->trim(be, msg, sizeof msg);
+    if (st == TF_OK) {
+        const size_t at = strlen(msg);
+        snprintf(msg + at, sizeof msg - at, "; %llu prepared graph%s let go",
+                 (unsigned long long)graphs, graphs == 1 ? "" : "s");
+    }
     tfd_log(st == TF_OK ? TFD_LOG_INFO : TFD_LOG_ERROR, "trim requested by client %llu (uid %u): %s",
             (unsigned long long)c->client_id, (unsigned)c->uid, msg);
     tfd_conn_reply(c, seq, st, "%s", msg);

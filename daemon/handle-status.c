@@ -13,12 +13,17 @@
 /* Caches a status reply lists at most (the backend's plan caches). */
 #define MAX_CACHES 8
 
-/* The backend's daemon-wide caches as CacheInfo messages into info[] and ptrs[]; returns how many. */
-static size_t fill_caches(tfd_backend *be, tfd_cache_stats *stats, Tenferro__CacheInfo *info,
+/*
+ * The daemon-wide caches (the backend's plan caches, then the prepared
+ * graphs) as CacheInfo messages into info[] and ptrs[]; returns how many.
+ */
+static size_t fill_caches(tfd_server *srv, tfd_cache_stats *stats, Tenferro__CacheInfo *info,
                           Tenferro__CacheInfo **ptrs) {
-    int n = be->vt->caches ? be->vt->caches(be, stats, MAX_CACHES) : 0;
+    tfd_backend *be = &srv->backend;
+    int n = be->vt->caches ? be->vt->caches(be, stats, MAX_CACHES - 1) : 0;
     if (n < 0) n = 0;
-    if (n > MAX_CACHES) n = MAX_CACHES;
+    if (n > MAX_CACHES - 1) n = MAX_CACHES - 1;
+    tfd_prepared_cache_stats(&srv->prepared, &stats[n++]);
     for (int i = 0; i < n; i++) {
         tenferro__cache_info__init(&info[i]);
         info[i].name = (char *)stats[i].name;
@@ -142,7 +147,7 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
     reply.max_clients = (uint32_t)srv->opt.max_clients;
     tfd_cache_stats cache_stats[MAX_CACHES];
     Tenferro__CacheInfo cache_infos[MAX_CACHES], *cache_ptrs[MAX_CACHES];
-    reply.n_caches = fill_caches(&srv->backend, cache_stats, cache_infos, cache_ptrs);
+    reply.n_caches = fill_caches(srv, cache_stats, cache_infos, cache_ptrs);
     reply.caches = cache_ptrs;
 
     Tenferro__Frame out = TENFERRO__FRAME__INIT;

@@ -27,5 +27,7 @@ void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_transfer_release(tfd_conn *c, Tenferro__Frame *frame);
 /* A client rang: the loop looks at its submission mailbox (mailbox.c). */
 void tfd_handle_mailbox_doorbell(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_prepare(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_prepared_free(tfd_conn *c, Tenferro__Frame *frame);
 
 #endif

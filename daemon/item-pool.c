@@ -52,6 +52,7 @@ tfd_item *tfd_item_new(tfd_item_type type) {
 void tfd_item_free(tfd_item *item) {
     if (!item) return;
     if (item->type == TFD_ITEM_WRITE) tf__frame_free(item->u.copy.owned);
+    if (item->type == TFD_ITEM_RUN && item->u.run.drop) item->u.run.drop(item->u.run.arg);
     if (atomic_fetch_add_explicit(&pooled_count, 1, memory_order_relaxed) >= POOL_MAX) {
         atomic_fetch_sub_explicit(&pooled_count, 1, memory_order_relaxed);
         free(item);

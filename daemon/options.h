@@ -54,6 +54,9 @@ typedef struct tfd_options {
     int log_level;
     int busy_poll_us;         /* polling after activity before sleeping; -1 = by backend */
     uint64_t contraction_plans; /* [caches]: contraction plans kept (LRU); 0 = unbounded */
+    uint64_t prepared_graphs;   /* [caches]: prepared-graph instances kept (LRU); 0 = unbounded */
+    int max_graph_nodes;        /* [limits]: nodes one prepared graph may have */
+    int max_prepared;           /* [limits]: prepared graphs one connection may hold; 0 = unlimited */
     tfd_quota client_quota;   /* per connection */
     tfd_quota uid_quota;      /* summed over the connections of one uid */
     tfd_principal allowed[TFD_MAX_IDS]; /* who may connect; none listed = everyone */

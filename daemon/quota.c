@@ -24,7 +24,7 @@ static int any_limit(const tfd_quota *q) {
 
 /* Adds what connection c holds to used[]. */
 static void add_usage(const tfd_conn *c, uint64_t used[N_RESOURCES]) {
-    used[R_DEVICE_BYTES] += c->tensors.bytes;
+    used[R_DEVICE_BYTES] += c->tensors.bytes + c->prepared_bytes;
     used[R_PINNED_BYTES] += c->buffers.bytes;
     used[R_LIVE_TENSORS] += c->tensors.count;
     used[R_QUEUED_OPS] += c->stream ? tfd_stream_queued(c->stream) : 0;

@@ -169,6 +169,8 @@ void tfd_server_reload(tfd_server *srv) {
     apply_busy_poll(srv);
     cur->contraction_plans = next.contraction_plans;
     tfd_contract_cache_set_capacity(tfd_contract_plans(), cur->contraction_plans);
+    cur->max_graph_nodes = next.max_graph_nodes;
+    cur->max_prepared = next.max_prepared;
     tfd_log(TFD_LOG_INFO, "configuration reloaded from %s",
             srv->startup.config_path[0] ? srv->startup.config_path : "the command line");
     tfd_notify_reloaded();
@@ -255,6 +257,12 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
         srv->backend.vt->close(&srv->backend);
         return 1;
     }
+    if (tfd_prepared_cache_init(&srv->prepared, &srv->backend, srv->opt.prepared_graphs) != 0) {
+        tfd_log(TFD_LOG_ERROR, "out of memory making the prepared-graph cache");
+        tfd_executor_stop(srv->ex);
+        srv->backend.vt->close(&srv->backend);
+        return 1;
+    }
     tfd_executor_on_device_lost(srv->ex, on_device_lost, srv);
     apply_busy_poll(srv);
     tfd_contract_cache_set_capacity(tfd_contract_plans(), srv->opt.contraction_plans);
@@ -299,6 +307,8 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
     tfd_loop_run(srv->loop, &srv->busy_poll, &mailboxes);
     tfd_item_pool_drain();
 
+    /* Every connection is gone and the executor stopped: no instance runs any more. */
+    tfd_prepared_cache_destroy(&srv->prepared);
     srv->backend.vt->close(&srv->backend);
     uv_loop_close(srv->loop);
     tfd_log(srv->exit_code ? TFD_LOG_ERROR : TFD_LOG_INFO, "stopped%s",

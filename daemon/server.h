@@ -13,6 +13,7 @@
 #include "daemon/counters.h"
 #include "daemon/executor.h"
 #include "daemon/options.h"
+#include "daemon/prepared.h"
 #include "daemon/reservation.h"
 #include "tenferro/version.h"
 
@@ -31,6 +32,7 @@ typedef struct tfd_server {
     tfd_startup startup;
     tfd_backend backend;
     tfd_executor *ex;
+    tfd_prepared_cache prepared; /* daemon-wide instances of prepared graphs (prepared.c) */
     tfd_reservation res;
     tfd_conn *conns;
     int n_conns;

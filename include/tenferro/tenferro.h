@@ -5,6 +5,7 @@
 #include "tenferro/client.h"
 #include "tenferro/einsum.h"
 #include "tenferro/fft.h"
+#include "tenferro/graph.h"
 #include "tenferro/session.h"
 #include "tenferro/status.h"
 #include "tenferro/transfer.h"
