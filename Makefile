@@ -311,7 +311,7 @@ $(BUILD)/bench/gpu/probe-layers: $(BUILD)/obj/bench/gpu/probe-layers.o $(GPU_BEN
 endif
 
 # ---- fuzz targets (FUZZ=1; tests/fuzz/, docs/fuzzing.md) ----
-FUZZ_NAMES := frame mailbox config einsum
+FUZZ_NAMES := frame mailbox config einsum graph
 FUZZ_BINS := $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz-%)
 FUZZ_HARNESS := $(call obj,tests/fuzz/fuzz-daemon.c)
 

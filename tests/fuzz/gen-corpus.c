@@ -761,6 +761,84 @@ static void config_seeds(void) {
     save(&s, "config", "settings");
 }
 
+/* One node of a graph seed: kind, inputs (graph ids), output id, parameters. */
+static void graph_node(Tenferro__Op *op, uint32_t kind, size_t n_in, uint64_t *in, uint64_t out,
+                       size_t n_params, int64_t *params) {
+    tenferro__op__init(op);
+    op->kind = kind;
+    op->n_inputs = n_in;
+    op->inputs = in;
+    op->output = out;
+    op->n_params = n_params;
+    op->params = params;
+    op->alpha_re = 1.5;
+}
+
+/* Writes a packed Prepare as a seed of the graph target. */
+static void save_prepare(const Tenferro__Prepare *p, const char *name) {
+    seed s;
+    memset(&s, 0, sizeof s);
+    s.len = tenferro__prepare__pack(p, s.bytes);
+    save(&s, "graph", name);
+}
+
+/*
+ * Seeds of the graph target (tests/fuzz/fuzz-graph.c): a chain, a graph with
+ * a contraction and an FFT and two outputs, and one whose node reads a
+ * value defined after it (a refusal).
+ */
+static void graph_seeds(void) {
+    int64_t shape[2] = {4, 6}, perm[2] = {1, 0}, axes[1] = {1};
+    Tenferro__GraphInput in[2], *in_ptrs[2];
+    for (int i = 0; i < 2; i++) {
+        tenferro__graph_input__init(&in[i]);
+        in[i].id = (uint64_t)i + 1;
+        in[i].dtype = TF_F32;
+        in[i].n_shape = 2;
+        in[i].shape = shape;
+        in_ptrs[i] = &in[i];
+    }
+    uint64_t a[2] = {1, 2}, b[2] = {3, 2}, c[1] = {4}, d[2] = {5, 5};
+    Tenferro__Op ops[4], *op_ptrs[4];
+    graph_node(&ops[0], TF__OP_ADD, 2, a, 3, 0, NULL);
+    graph_node(&ops[1], TF__OP_MUL, 2, b, 4, 0, NULL);
+    graph_node(&ops[2], TF__OP_PERMUTE, 1, c, 5, 2, perm);
+    graph_node(&ops[3], TF__OP_MATMUL, 2, d, 6, 0, NULL);
+    for (int i = 0; i < 4; i++) op_ptrs[i] = &ops[i];
+    uint64_t outs[2] = {4, 6};
+    Tenferro__Prepare p = TENFERRO__PREPARE__INIT;
+    p.id = 7;
+    p.n_inputs = 2;
+    p.inputs = in_ptrs;
+    p.n_nodes = 3;
+    p.nodes = op_ptrs;
+    p.n_outputs = 1;
+    p.outputs = outs;
+    save_prepare(&p, "chain");
+    p.n_nodes = 4;
+    p.n_outputs = 2;
+    save_prepare(&p, "permute-matmul");
+    /* A cycle: node 0 reads the output of node 1. */
+    uint64_t cyc[2] = {4, 2};
+    ops[0].inputs = cyc;
+    save_prepare(&p, "cycle");
+    /* A reduction and an FFT of a complex input. */
+    in[0].dtype = TF_C64;
+    in[1].dtype = TF_C64;
+    Tenferro__Fft fft = TENFERRO__FFT__INIT;
+    int32_t fft_axes[1] = {0};
+    fft.n_axes = 1;
+    fft.axes = fft_axes;
+    graph_node(&ops[0], TF__OP_REDUCE_SUM, 1, a, 3, 1, axes);
+    graph_node(&ops[1], TF__OP_FFT, 1, a, 4, 0, NULL);
+    ops[1].fft = &fft;
+    p.n_nodes = 2;
+    p.n_outputs = 2;
+    uint64_t outs2[2] = {3, 4};
+    p.outputs = outs2;
+    save_prepare(&p, "reduce-fft");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: gen-corpus DIR\n");
@@ -773,5 +851,6 @@ int main(int argc, char **argv) {
     mailbox_seeds();
     config_seeds();
     config_example("etc/tenferrod.conf.example");
+    graph_seeds();
     return 0;
 }
