@@ -149,7 +149,7 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile test-demo demo bench install clean build-commit \
+.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile test-demo test-abi demo bench install clean build-commit \
         fuzz fuzz-check fuzz-build fuzz-targets fuzz-corpus
 all: $(TARGETS) build-commit
 
@@ -193,8 +193,13 @@ $(BUILD)/libtenferro-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libtenferro-client.so: $(CLIENT_OBJ) $(COMMON_OBJ)
-	$(CC) $(LDFLAGS) -shared -Wl,-soname,libtenferro-client.so.0 -o $@ $^ $(LIB_PROTOBUF)
+# The shared library exports the tf_ API only (client/libtenferro-client.map, docs/abi.md); the
+# file is named after its soname, and libtenferro-client.so links to it, as installed.
+$(BUILD)/libtenferro-client.so: $(CLIENT_OBJ) $(COMMON_OBJ) client/libtenferro-client.map
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libtenferro-client.so.0 \
+	  -Wl,--version-script=client/libtenferro-client.map -o $@.0 $(CLIENT_OBJ) $(COMMON_OBJ) \
+	  $(LIB_PROTOBUF)
+	ln -sf libtenferro-client.so.0 $@
 
 $(BUILD)/tenferroctl: $(call obj,client/tenferroctl.c client/tenferroctl-format.c) $(BUILD)/libtenferro-client.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF)
@@ -430,7 +435,12 @@ test-demo: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(EXAMPLES)
 	@echo "== tests/demo/test-demo.sh $(BUILD)"
 	@tests/demo/test-demo.sh $(BUILD)
 
-test: test-unit test-integration test-load test-install test-hostile test-demo
+# The shared library's exports against the headers, its soname, and a user program linked to it.
+test-abi: $(BUILD)/tenferrod $(if $(filter 1,$(STATIC_DEPS)),,$(BUILD)/libtenferro-client.so)
+	@echo "== tests/abi/test-abi.sh $(BUILD)"
+	@CC="$(CC) $(SANFLAGS)" tests/abi/test-abi.sh $(BUILD)
+
+test: test-unit test-integration test-load test-install test-hostile test-demo test-abi
 
 # ThreadSanitizer: the daemon, the client library and every suite built with -fsanitize=thread
 # (BUILD=build-tsan, CUDA=0), then the unit, integration and bounded load suites run against the
