@@ -1,5 +1,5 @@
 /*
- * Renderings of a StatusReply for tenferroctl: readable sections for an
+ * Renderings of the daemon's report (tf_daemon_status) for tenferroctl: readable sections for an
  * operator, one JSON object for scripts, and the Prometheus text exposition
  * format (version 0.0.4) for a scraper. All three print the same report; only
  * the form differs. Strings that come from clients (their names) are escaped
@@ -26,7 +26,7 @@ static void print_age(FILE *out, uint64_t ms) {
 }
 
 /* Prints one quota line ("per client: device bytes unlimited, ..."); 0 means unlimited. */
-static void print_quota(FILE *out, const char *who, const Tenferro__Quota *q) {
+static void print_quota(FILE *out, const char *who, const tf_quota_limits *q) {
     if (!q) return;
     const char *names[4] = {"device bytes", "pinned bytes", "tensors", "queued ops"};
     uint64_t limits[4] = {q->device_bytes, q->pinned_bytes, q->live_tensors, q->queued_ops};
@@ -53,7 +53,7 @@ static const char *shown(const char *in, char *buf, size_t len) {
     return buf;
 }
 
-void tfctl_print_status_text(FILE *out, const Tenferro__StatusReply *s) {
+void tfctl_print_status_text(FILE *out, const tf_daemon_status *s) {
     char safe[1024];
     fprintf(out, "device:   %s\n", shown(s->device, safe, sizeof safe));
     fprintf(out, "version:  tenferrod %s, up ", s->daemon_version);
@@ -68,14 +68,14 @@ void tfctl_print_status_text(FILE *out, const Tenferro__StatusReply *s) {
 
     fprintf(out, "\nlimits:\n  max clients %u%s\n", s->max_clients,
             s->max_clients ? "" : " (unlimited)");
-    print_quota(out, "per client:", s->client_quota);
-    print_quota(out, "per uid:", s->uid_quota);
+    print_quota(out, "per client:", &s->client_quota);
+    print_quota(out, "per uid:", &s->uid_quota);
 
     fprintf(out, "\nclients (%zu):\n", s->n_clients);
     fprintf(out, "  %-6s %-8s %-6s %-20s %8s %12s %8s %s\n", "id", "pid", "uid", "name", "tensors",
             "bytes", "queued", "session");
     for (size_t i = 0; i < s->n_clients; i++) {
-        const Tenferro__ClientInfo *ci = s->clients[i];
+        const tf_client_info *ci = &s->clients[i];
         char session[32] = "-";
         if (ci->session_id)
             snprintf(session, sizeof session, "held %" PRIu64, ci->session_id);
@@ -89,7 +89,7 @@ void tfctl_print_status_text(FILE *out, const Tenferro__StatusReply *s) {
 
     fprintf(out, "\nreservations:\n");
     for (size_t i = 0; i < s->n_reservations; i++) {
-        const Tenferro__ReservationInfo *r = s->reservations[i];
+        const tf_reservation_info *r = &s->reservations[i];
         fprintf(out, "  domain %u: ", r->domain);
         if (r->holder_client_id) {
             fprintf(out, "held by client %" PRIu64 " (pid %d), session %" PRIu64 ", for ",
@@ -106,7 +106,7 @@ void tfctl_print_status_text(FILE *out, const Tenferro__StatusReply *s) {
 
     fprintf(out, "\ncounters:\n");
     for (size_t i = 0; i < s->n_counters; i++)
-        fprintf(out, "  %-26s %" PRIu64 "\n", s->counters[i]->name, s->counters[i]->value);
+        fprintf(out, "  %-26s %" PRIu64 "\n", s->counters[i].name, s->counters[i].value);
 
     fprintf(out, "\ncaches:\n");
     if (s->n_caches == 0) fprintf(out, "  (none)\n");
@@ -114,7 +114,7 @@ void tfctl_print_status_text(FILE *out, const Tenferro__StatusReply *s) {
         fprintf(out, "  %-20s %8s %9s %12s %10s %10s %12s\n", "name", "entries", "capacity", "hits",
                 "misses", "evictions", "bytes");
     for (size_t i = 0; i < s->n_caches; i++) {
-        const Tenferro__CacheInfo *ci = s->caches[i];
+        const tf_cache_info *ci = &s->caches[i];
         char cap[24] = "unbounded";
         if (ci->capacity) snprintf(cap, sizeof cap, "%" PRIu64, ci->capacity);
         fprintf(out, "  %-20s %8" PRIu64 " %9s %12" PRIu64 " %10" PRIu64 " %10" PRIu64 " %12" PRIu64 "\n",
@@ -186,7 +186,7 @@ static void json_string(FILE *out, const char *str) { write_quoted(out, str, 1);
 /* ---- JSON ---- */
 
 /* Writes a quota object, or null when the daemon sent none. */
-static void json_quota(FILE *out, const Tenferro__Quota *q) {
+static void json_quota(FILE *out, const tf_quota_limits *q) {
     if (!q) {
         fputs("null", out);
         return;
@@ -198,7 +198,7 @@ static void json_quota(FILE *out, const Tenferro__Quota *q) {
 }
 
 /* Writes one client; "session" is null, {"kind":"held","id":N} or {"kind":"scoped"}. */
-static void json_client(FILE *out, const Tenferro__ClientInfo *ci) {
+static void json_client(FILE *out, const tf_client_info *ci) {
     fprintf(out, "{\"id\":%" PRIu64 ",\"pid\":%d,\"uid\":%u,\"gid\":%u,\"name\":", ci->client_id,
             ci->pid, ci->uid, ci->gid);
     json_string(out, ci->name);
@@ -215,7 +215,7 @@ static void json_client(FILE *out, const Tenferro__ClientInfo *ci) {
 }
 
 /* Writes one reservation; the holder's fields are null while the domain is free. */
-static void json_reservation(FILE *out, const Tenferro__ReservationInfo *r) {
+static void json_reservation(FILE *out, const tf_reservation_info *r) {
     fprintf(out, "{\"domain\":%u,", r->domain);
     if (r->holder_client_id)
         fprintf(out,
@@ -231,7 +231,7 @@ static void json_reservation(FILE *out, const Tenferro__ReservationInfo *r) {
     fputs("]}", out);
 }
 
-void tfctl_print_status_json(FILE *out, const Tenferro__StatusReply *s) {
+void tfctl_print_status_json(FILE *out, const tf_daemon_status *s) {
     fputs("{\"device\":", out);
     json_string(out, s->device);
     fputs(",\"version\":", out);
@@ -244,28 +244,28 @@ void tfctl_print_status_json(FILE *out, const Tenferro__StatusReply *s) {
     else
         fputs("null", out);
     fprintf(out, ",\"max_clients\":%u,\"quotas\":{\"client\":", s->max_clients);
-    json_quota(out, s->client_quota);
+    json_quota(out, &s->client_quota);
     fputs(",\"uid\":", out);
-    json_quota(out, s->uid_quota);
+    json_quota(out, &s->uid_quota);
     fputs("},\"clients\":[", out);
     for (size_t i = 0; i < s->n_clients; i++) {
         if (i) fputc(',', out);
-        json_client(out, s->clients[i]);
+        json_client(out, &s->clients[i]);
     }
     fputs("],\"reservations\":[", out);
     for (size_t i = 0; i < s->n_reservations; i++) {
         if (i) fputc(',', out);
-        json_reservation(out, s->reservations[i]);
+        json_reservation(out, &s->reservations[i]);
     }
     fputs("],\"counters\":{", out);
     for (size_t i = 0; i < s->n_counters; i++) {
         if (i) fputc(',', out);
-        json_string(out, s->counters[i]->name);
-        fprintf(out, ":%" PRIu64, s->counters[i]->value);
+        json_string(out, s->counters[i].name);
+        fprintf(out, ":%" PRIu64, s->counters[i].value);
     }
     fputs("},\"caches\":[", out);
     for (size_t i = 0; i < s->n_caches; i++) {
-        const Tenferro__CacheInfo *ci = s->caches[i];
+        const tf_cache_info *ci = &s->caches[i];
         fputs(i ? ",{\"name\":" : "{\"name\":", out);
         json_string(out, ci->name);
         fprintf(out,
@@ -312,7 +312,7 @@ static const struct {
 };
 
 /* The value of per-client gauge `which` for one client. */
-static uint64_t client_value(const Tenferro__ClientInfo *ci, int which) {
+static uint64_t client_value(const tf_client_info *ci, int which) {
     switch (which) {
     case CLIENT_LIVE_BYTES: return ci->live_bytes;
     case CLIENT_LIVE_TENSORS: return ci->live_tensors;
@@ -323,11 +323,11 @@ static uint64_t client_value(const Tenferro__ClientInfo *ci, int which) {
 }
 
 /* Writes the per-client families, labelled client, pid, uid and name. */
-static void prom_clients(FILE *out, const Tenferro__StatusReply *s) {
+static void prom_clients(FILE *out, const tf_daemon_status *s) {
     for (int m = 0; m < (int)(sizeof client_gauges / sizeof *client_gauges); m++) {
         prom_family(out, client_gauges[m].name, "gauge", client_gauges[m].help);
         for (size_t i = 0; i < s->n_clients; i++) {
-            const Tenferro__ClientInfo *ci = s->clients[i];
+            const tf_client_info *ci = &s->clients[i];
             fprintf(out, "tenferrod_%s{client=\"%" PRIu64 "\",pid=\"%d\",uid=\"%u\",name=",
                     client_gauges[m].name, ci->client_id, ci->pid, ci->uid);
             prom_label_value(out, ci->name);
@@ -337,7 +337,7 @@ static void prom_clients(FILE *out, const Tenferro__StatusReply *s) {
 }
 
 /* Writes the reservation families, labelled by execution domain. */
-static void prom_reservations(FILE *out, const Tenferro__StatusReply *s) {
+static void prom_reservations(FILE *out, const tf_daemon_status *s) {
     static const char *const names[2] = {"reservation_held", "reservation_queued"};
     static const char *const helps[2] = {
         "1 while a held session has the execution domain reserved.",
@@ -345,7 +345,7 @@ static void prom_reservations(FILE *out, const Tenferro__StatusReply *s) {
     for (int m = 0; m < 2; m++) {
         prom_family(out, names[m], "gauge", helps[m]);
         for (size_t i = 0; i < s->n_reservations; i++) {
-            const Tenferro__ReservationInfo *r = s->reservations[i];
+            const tf_reservation_info *r = &s->reservations[i];
             uint64_t v = m == 0 ? (r->holder_client_id != 0) : r->n_queued_client_ids;
             fprintf(out, "tenferrod_%s{domain=\"%u\"} %" PRIu64 "\n", names[m], r->domain, v);
         }
@@ -357,7 +357,7 @@ static void prom_reservations(FILE *out, const Tenferro__StatusReply *s) {
  * every other one a running total (a counter, named with _total). A character
  * a metric name cannot hold becomes '_'.
  */
-static void prom_counter(FILE *out, const Tenferro__Counter *k) {
+static void prom_counter(FILE *out, const tf_counter_info *k) {
     char metric[128];
     size_t n = 0;
     for (const char *p = k->name; *p && n + sizeof "_total" < sizeof metric; p++) {
@@ -374,7 +374,7 @@ static void prom_counter(FILE *out, const Tenferro__Counter *k) {
 }
 
 /* Writes the cache families, one sample per daemon-wide cache, labelled cache. */
-static void prom_caches(FILE *out, const Tenferro__StatusReply *s) {
+static void prom_caches(FILE *out, const tf_daemon_status *s) {
     static const struct {
         const char *name, *type, *help;
     } families[] = {
@@ -388,7 +388,7 @@ static void prom_caches(FILE *out, const Tenferro__StatusReply *s) {
     for (int m = 0; m < (int)(sizeof families / sizeof *families); m++) {
         prom_family(out, families[m].name, families[m].type, families[m].help);
         for (size_t i = 0; i < s->n_caches; i++) {
-            const Tenferro__CacheInfo *ci = s->caches[i];
+            const tf_cache_info *ci = &s->caches[i];
             const uint64_t v[] = {ci->entries, ci->capacity, ci->hits, ci->misses, ci->evictions,
                                   ci->bytes};
             fprintf(out, "tenferrod_%s{cache=", families[m].name);
@@ -398,7 +398,7 @@ static void prom_caches(FILE *out, const Tenferro__StatusReply *s) {
     }
 }
 
-void tfctl_print_metrics(FILE *out, const Tenferro__StatusReply *s) {
+void tfctl_print_metrics(FILE *out, const tf_daemon_status *s) {
     prom_gauge(out, "up", "1 when tenferrod answered the status request.", 1);
     prom_family(out, "info", "gauge", "The daemon's device, version and reservation policy.");
     fputs("tenferrod_info{device=", out);
@@ -417,7 +417,7 @@ void tfctl_print_metrics(FILE *out, const Tenferro__StatusReply *s) {
     prom_gauge(out, "device_lost", "1 once the device was declared lost (tenferrod exits).",
                s->device_error && s->device_error[0]);
     prom_reservations(out, s);
-    for (size_t i = 0; i < s->n_counters; i++) prom_counter(out, s->counters[i]);
+    for (size_t i = 0; i < s->n_counters; i++) prom_counter(out, &s->counters[i]);
     prom_caches(out, s);
     prom_clients(out, s);
 }

@@ -47,27 +47,13 @@ static int report(tf_client *c, tf_status st) {
     return EXIT_TYPED_ERROR;
 }
 
-/* Asks for the status report; *out is the reply frame, freed by the caller. */
-static tf_status fetch_status(tf_client *c, Tenferro__Frame **out) {
-    Tenferro__Frame req = TENFERRO__FRAME__INIT;
-    Tenferro__StatusRequest body = TENFERRO__STATUS_REQUEST__INIT;
-    req.body_case = TENFERRO__FRAME__BODY_STATUS_REQUEST;
-    req.status_request = &body;
-    tf_status st = tf__call(c, &req, out);
-    if (st != TF_OK) return st;
-    if ((*out)->body_case == TENFERRO__FRAME__BODY_STATUS_REPLY) return TF_OK;
-    tf__frame_free(*out);
-    *out = NULL;
-    return tf__fail(c, TF_ERR_PROTOCOL, "unexpected answer to a status request");
-}
-
-/* status and metrics: one report, printed by `print`. */
-static int cmd_report(tf_client *c, void (*print)(FILE *, const Tenferro__StatusReply *)) {
-    Tenferro__Frame *reply = NULL;
-    tf_status st = fetch_status(c, &reply);
+/* status and metrics: one report through the library (tf_daemon_status_get), printed by `print`. */
+static int cmd_report(tf_client *c, void (*print)(FILE *, const tf_daemon_status *)) {
+    tf_daemon_status *s = NULL;
+    tf_status st = tf_daemon_status_get(c, &s);
     if (st != TF_OK) return report(c, st);
-    print(stdout, reply->status_reply);
-    tf__frame_free(reply);
+    print(stdout, s);
+    tf_daemon_status_free(s);
     return 0;
 }
 

@@ -3,6 +3,7 @@
 #define TENFERRO_TENFERRO_H
 
 #include "tenferro/client.h"
+#include "tenferro/daemon-status.h"
 #include "tenferro/einsum.h"
 #include "tenferro/fft.h"
 #include "tenferro/graph.h"
