@@ -460,6 +460,12 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
     uint64_t batch = out->batch, start = tf__now_ns();
     chain ch = {0};
     uint64_t flushed = out->accepted; /* operations already handed to the stream */
+    /*
+     * The batch's first operation goes to the device at once, unless a
+     * queued_ops quota applies: an operation already executed would no longer
+     * count, and where such a batch stops would depend on the worker's speed.
+     */
+    const int first_at_once = !c->srv->opt.client_quota.queued_ops && !c->srv->opt.uid_quota.queued_ops;
     while (job->next < job->n_ops) {
         size_t i = job->next;
         Tenferro__Op *op = job->ops[i];
@@ -485,11 +491,8 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
         }
         out->accepted++;
         job->next++;
-        /*
-         * Hand work over as it is validated, so the device starts while the
-         * rest is checked: the batch's first operation at once, then chunks.
-         */
-        if (ch.count >= ENQUEUE_CHUNK || out->accepted == 1) {
+        /* Hand work over as it is validated, so the device starts while the rest is checked. */
+        if (ch.count >= ENQUEUE_CHUNK || (first_at_once && out->accepted == 1)) {
             chain_flush(c, &ch);
             flushed = out->accepted;
             if (budget_ns && job->next < job->n_ops && tf__now_ns() - start > budget_ns) break;
