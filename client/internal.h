@@ -115,6 +115,7 @@ struct tf_client {
     int in_scoped;     /* inside a scoped burst */
     int scoped_sent;   /* the burst already sent a non-final frame (it was admitted) */
     tf_status scoped_refused; /* the burst's admission was refused: nothing more is sent */
+    tf_session_options scoped_options; /* the burst's admission (tf_with_session_opts) */
     tf_view view;
 
     tf__received_fd fds[TF__MAX_RECEIVED_FDS]; /* descriptors not yet claimed, oldest first */

@@ -169,6 +169,10 @@ tf_status tf__submit_queue(tf_client *c, uint64_t session_id, uint32_t mode, uin
         Tenferro__Submit sub = TENFERRO__SUBMIT__INIT;
         sub.session_id = session_id;
         sub.mode = frame_mode;
+        if (session_id == 0) { /* a scoped root: its first frame is admitted as the burst asked */
+            sub.policy = (uint32_t)c->scoped_options.policy;
+            sub.deadline_ms = c->scoped_options.deadline_ms;
+        }
         sub.n_ops = n;
         sub.ops = ptrs;
         req.body_case = TENFERRO__FRAME__BODY_SUBMIT;
@@ -207,8 +211,23 @@ tf_status tf__submit_queue(tf_client *c, uint64_t session_id, uint32_t mode, uin
 
 /* ---- scoped entry ---- */
 
+/* Checks admission options; TF_OK for NULL. */
+static tf_status check_options(tf_client *c, const tf_session_options *o) {
+    if (!o || o->policy == TF_ADMISSION_DAEMON || o->policy == TF_ADMISSION_REJECT ||
+        o->policy == TF_ADMISSION_WAIT)
+        return TF_OK;
+    return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "unknown admission policy %d", (int)o->policy);
+}
+
+
 tf_status tf_with_session(tf_client *c, tf_session_fn fn, void *arg) {
+    return tf_with_session_opts(c, NULL, fn, arg);
+}
+
+tf_status tf_with_session_opts(tf_client *c, const tf_session_options *opts, tf_session_fn fn,
+                               void *arg) {
     if (!c || !fn) return TF_ERR_INVALID_ARGUMENT;
+    if (check_options(c, opts) != TF_OK) return TF_ERR_INVALID_ARGUMENT;
     if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
     if (c->in_callback)
         return tf__fail(c, TF_ERR_REENTERED,
@@ -221,6 +240,7 @@ tf_status tf_with_session(tf_client *c, tf_session_fn fn, void *arg) {
     c->in_scoped = 1;
     c->in_callback = 1;
     c->scoped_sent = 0;
+    c->scoped_options = opts ? *opts : (tf_session_options){TF_ADMISSION_DAEMON, 0};
     c->scoped_refused = TF_OK;
     tf_status fn_status = fn(&c->view, arg);
     c->in_callback = 0;
@@ -266,8 +286,11 @@ static void send_release(tf_client *c, uint64_t id) {
     tf__send(c, &rel);
 }
 
-tf_status tf_session_open(tf_client *c, tf_session **out) {
+tf_status tf_session_open(tf_client *c, tf_session **out) { return tf_session_open_opts(c, NULL, out); }
+
+tf_status tf_session_open_opts(tf_client *c, const tf_session_options *opts, tf_session **out) {
     if (!c || !out) return TF_ERR_INVALID_ARGUMENT;
+    if (check_options(c, opts) != TF_OK) return TF_ERR_INVALID_ARGUMENT;
     *out = NULL;
     if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
     if (c->held)
@@ -277,6 +300,10 @@ tf_status tf_session_open(tf_client *c, tf_session **out) {
         return tf__fail(c, TF_ERR_REENTERED, "tf_session_open called inside a session callback");
     Tenferro__Frame req = TENFERRO__FRAME__INIT;
     Tenferro__SessionOpen open = TENFERRO__SESSION_OPEN__INIT;
+    if (opts) {
+        open.policy = (uint32_t)opts->policy;
+        open.deadline_ms = opts->deadline_ms;
+    }
     req.body_case = TENFERRO__FRAME__BODY_SESSION_OPEN;
     req.session_open = &open;
     Tenferro__Frame *reply = NULL;

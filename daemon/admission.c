@@ -29,18 +29,6 @@ static void drop_queued(tfd_conn *c, int keep_frame) {
     uv_close((uv_handle_t *)&q->timer, on_queued_timer_closed);
 }
 
-/* The deadline of a parked request passed: it never saw the domain. */
-static void on_deadline(uv_timer_t *t) {
-    tfd_queued_request *q = (tfd_queued_request *)t;
-    tfd_conn *c = q->conn;
-    c->srv->counters.admissions_timed_out++;
-    tfd_conn_reply(c, q->frame->seq, TF_ERR_TIMEOUT,
-                   "the execution domain stayed held for the whole %llu ms deadline",
-                   (unsigned long long)c->srv->opt.wait_deadline_ms);
-    drop_queued(c, 0);
-    tfd_conn_eof_progress(c);
-}
-
 /* Names the holder in a refusal, so the user knows whom they wait for. */
 static void describe_holder(tfd_server *srv, char *buf, size_t len) {
     tfd_conn *h = srv->res.holder;
@@ -50,6 +38,43 @@ static void describe_holder(tfd_server *srv, char *buf, size_t len) {
                  (int)h->pid, h->name);
     else
         snprintf(buf, len, "an earlier queued opener");
+}
+
+/* The deadline of a parked request passed: it never saw the domain. */
+static void on_deadline(uv_timer_t *t) {
+    tfd_queued_request *q = (tfd_queued_request *)t;
+    tfd_conn *c = q->conn;
+    c->srv->counters.admissions_timed_out++;
+    char holder[160];
+    describe_holder(c->srv, holder, sizeof holder);
+    tfd_conn_reply(c, q->frame->seq, TF_ERR_TIMEOUT,
+                   "the execution domain stayed held by %s for the whole %llu ms deadline", holder,
+                   (unsigned long long)q->deadline_ms);
+    drop_queued(c, 0);
+    tfd_conn_eof_progress(c);
+}
+
+/*
+ * What this request asks for (SessionOpen or a scoped root's Submit), bounded
+ * by the daemon: a client may ask not to wait, or to wait less than the
+ * configured deadline, never more, and under the reject policy it cannot wait
+ * at all. Sets *policy and *deadline_ms.
+ */
+static void admission_asked(const tfd_server *srv, const Tenferro__Frame *frame, int held,
+                            tfd_policy *policy, uint64_t *deadline_ms) {
+    uint32_t asked = 0;
+    uint64_t asked_ms = 0;
+    if (held && frame->body_case == TENFERRO__FRAME__BODY_SESSION_OPEN) {
+        asked = frame->session_open->policy;
+        asked_ms = frame->session_open->deadline_ms;
+    } else if (!held && frame->body_case == TENFERRO__FRAME__BODY_SUBMIT) {
+        asked = frame->submit->policy;
+        asked_ms = frame->submit->deadline_ms;
+    }
+    *policy = srv->opt.policy;
+    *deadline_ms = srv->opt.wait_deadline_ms;
+    if (asked == TENFERRO__ADMISSION_POLICY__ADMISSION_REJECT) *policy = TFD_POLICY_REJECT;
+    if (*policy == TFD_POLICY_WAIT && asked_ms && asked_ms < *deadline_ms) *deadline_ms = asked_ms;
 }
 
 int tfd_admission_request(tfd_conn *c, Tenferro__Frame *frame, int held, uint64_t *session_id) {
@@ -68,7 +93,10 @@ int tfd_admission_request(tfd_conn *c, Tenferro__Frame *frame, int held, uint64_
     tfd_waiter probe = {.owner = c, .held = held, .session_id = srv->next_session_id + 1};
     tfd_queued_request *q = NULL;
     tfd_waiter *w = &probe;
-    if (srv->opt.policy == TFD_POLICY_WAIT) {
+    tfd_policy policy;
+    uint64_t deadline_ms;
+    admission_asked(srv, frame, held, &policy, &deadline_ms);
+    if (policy == TFD_POLICY_WAIT) {
         q = calloc(1, sizeof *q);
         if (!q) {
             tfd_conn_reply(c, frame->seq, TF_ERR_NO_MEMORY, "out of memory queueing the request");
@@ -77,9 +105,10 @@ int tfd_admission_request(tfd_conn *c, Tenferro__Frame *frame, int held, uint64_
         }
         q->waiter = probe;
         q->conn = c;
+        q->deadline_ms = deadline_ms;
         w = &q->waiter;
     }
-    tfd_admission res = tfd_reservation_request(&srv->res, w, srv->opt.policy, tfd_now_ms());
+    tfd_admission res = tfd_reservation_request(&srv->res, w, policy, tfd_now_ms());
     if (res != TFD_QUEUED) free(q);
     char holder[160];
     switch (res) {
@@ -96,8 +125,10 @@ int tfd_admission_request(tfd_conn *c, Tenferro__Frame *frame, int held, uint64_
         srv->counters.admissions_contended++;
         describe_holder(srv, holder, sizeof holder);
         tfd_conn_reply(c, frame->seq, TF_ERR_CONTENDED,
-                       "the execution domain is held by %s; retry later or run tenferrod with "
-                       "--reservation-policy wait",
+                       policy == srv->opt.policy
+                           ? "the execution domain is held by %s; retry later or run tenferrod "
+                             "with --reservation-policy wait"
+                           : "the execution domain is held by %s; the request asked not to wait",
                        holder);
         break;
     case TFD_QUEUED:
@@ -106,7 +137,7 @@ int tfd_admission_request(tfd_conn *c, Tenferro__Frame *frame, int held, uint64_
         q->frame = frame;
         c->queued = q;
         uv_timer_init(srv->loop, &q->timer);
-        uv_timer_start(&q->timer, on_deadline, srv->opt.wait_deadline_ms, 0);
+        uv_timer_start(&q->timer, on_deadline, deadline_ms, 0);
         return 0;
     }
     tf__frame_free(frame);

@@ -29,6 +29,7 @@ typedef struct tfd_queued_request {
     tfd_waiter waiter;
     tfd_conn *conn;
     Tenferro__Frame *frame; /* the request, replayed when admitted */
+    uint64_t deadline_ms;   /* how long it may wait: the client's ask within the daemon's */
 } tfd_queued_request;
 
 struct tfd_conn {

@@ -47,6 +47,32 @@ TF_EXTERN tf_status tf_with_session(tf_client *client, tf_session_fn fn, void *a
 /* Held entry: reserves the execution domain and captures the binding. Never waits under `reject`. */
 TF_EXTERN tf_status tf_session_open(tf_client *client, tf_session **session);
 
+/* How one entry asks to be admitted while another client holds the execution domain. */
+typedef enum tf_admission_policy {
+    TF_ADMISSION_DAEMON = 0, /* the daemon's [admission] policy and deadline */
+    TF_ADMISSION_REJECT = 1, /* TF_ERR_CONTENDED at once */
+    TF_ADMISSION_WAIT = 2,   /* queue, up to deadline_ms (0: the daemon's deadline) */
+} tf_admission_policy;
+
+/*
+ * Per-call admission (docs/admission.md, "Per call"). The daemon's settings
+ * bound it: a call may ask not to wait, or to wait less than the daemon's
+ * deadline, never longer; against a daemon of the reject policy it cannot
+ * wait at all (TF_ADMISSION_WAIT then refuses as TF_ADMISSION_REJECT does).
+ * Refusals are typed as for the plain calls: TF_ERR_CONTENDED and
+ * TF_ERR_TIMEOUT both name the holder.
+ */
+typedef struct tf_session_options {
+    tf_admission_policy policy;
+    uint64_t deadline_ms;
+} tf_session_options;
+
+/* tf_session_open and tf_with_session with admission options (NULL: as the plain calls). */
+TF_EXTERN tf_status tf_session_open_opts(tf_client *client, const tf_session_options *options,
+                                         tf_session **session);
+TF_EXTERN tf_status tf_with_session_opts(tf_client *client, const tf_session_options *options,
+                                         tf_session_fn fn, void *arg);
+
 /* Runs fn(view, arg) on the held binding; counts one held operation. */
 TF_EXTERN tf_status tf_session_with(tf_session *session, tf_session_fn fn, void *arg);
 
