@@ -306,17 +306,72 @@ tf_status tf__check_connection(tf_client *c) {
     return broken(c, "the daemon sent a frame nobody asked for");
 }
 
-/* Picks the socket: the argument, $TENFERRO_SOCKET, or the first default that exists. */
-static const char *resolve_path(const char *path) {
-    if (path && path[0]) return path;
-    const char *env = getenv("TENFERRO_SOCKET");
-    if (env && env[0]) return env;
-    static const char *const defaults[] = {"/run/tenferro/tenferrod-0.sock",
-                                           "/run/tenferro/tenferrod-cpu.sock"};
+/* The folder the daemons' sockets are in: $TENFERRO_RUNTIME_DIR or /run/tenferro. */
+static const char *runtime_dir(void) {
+    const char *dir = getenv("TENFERRO_RUNTIME_DIR");
+    return dir && dir[0] ? dir : "/run/tenferro";
+}
+
+/*
+ * The socket of a device's daemon into buf: "cuda:N" or "N" is
+ * DIR/tenferrod-N.sock, "cpu" DIR/tenferrod-cpu.sock. -1 for another form.
+ */
+static int device_socket(const char *device, char *buf, size_t len) {
+    const char *n = strncmp(device, "cuda:", 5) == 0 ? device + 5 : device;
+    if (strcmp(device, "cpu") == 0) {
+        snprintf(buf, len, "%s/tenferrod-cpu.sock", runtime_dir());
+        return 0;
+    }
+    if (!n[0] || strlen(n) > 4 || strspn(n, "0123456789") != strlen(n)) return -1;
+    snprintf(buf, len, "%s/tenferrod-%d.sock", runtime_dir(), atoi(n));
+    return 0;
+}
+
+/*
+ * Picks the socket by tf_connect's rules into buf: the argument, else the
+ * device asked for (tf_connect_device), else the environment and the
+ * defaults. 0 when found, -1 with the reason in why when not.
+ */
+static int resolve_path(const char *path, const char *device, char *buf, size_t len, char *why,
+                        size_t why_len) {
+    if (path && path[0]) {
+        snprintf(buf, len, "%s", path);
+        return 0;
+    }
+    const char *source = "tf_connect_device";
+    if (!device || !device[0] || strcmp(device, "auto") == 0) {
+        const char *env = getenv("TENFERRO_SOCKET");
+        if (env && env[0]) {
+            snprintf(buf, len, "%s", env);
+            return 0;
+        }
+        device = getenv("TENFERRO_DEVICE");
+        source = "TENFERRO_DEVICE";
+    }
+    if (device && device[0] && strcmp(device, "auto") != 0) {
+        if (device_socket(device, buf, len) == 0) return 0;
+        snprintf(why, why_len, "%s: \"%s\" names no device (cuda:N, N or cpu expected)", source,
+                 device);
+        return -1;
+    }
+    char first[256], second[256];
+    snprintf(first, sizeof first, "%s/tenferrod-0.sock", runtime_dir());
+    snprintf(second, sizeof second, "%s/tenferrod-cpu.sock", runtime_dir());
     struct stat st;
-    for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++)
-        if (stat(defaults[i], &st) == 0) return defaults[i];
-    return defaults[1];
+    if (stat(first, &st) == 0) {
+        snprintf(buf, len, "%s", first);
+        return 0;
+    }
+    if (stat(second, &st) == 0) {
+        snprintf(buf, len, "%s", second);
+        return 0;
+    }
+    snprintf(why, why_len,
+             "no tenferrod to connect to: TENFERRO_SOCKET is not set (nor TENFERRO_DEVICE), and "
+             "neither %s nor %s exists (is a daemon running? under a scheduler, did the job get "
+             "a tenferrod share?)",
+             first, second);
+    return -1;
 }
 
 /* Sends Hello and checks the daemon's answer. */
@@ -361,7 +416,8 @@ static tf_status handshake(tf_client *c) {
     return tf__ok(c);
 }
 
-tf_status tf_connect(const char *socket_path, tf_client **out) {
+/* tf_connect and tf_connect_device: the socket by the rules, a client either way. */
+static tf_status connect_to(const char *socket_path, const char *device, tf_client **out) {
     if (!out) return TF_ERR_INVALID_ARGUMENT;
     *out = NULL;
     tf_client *c = calloc(1, sizeof *c);
@@ -372,10 +428,14 @@ tf_status tf_connect(const char *socket_path, tf_client **out) {
     c->view.client = c;
     tf__id_table_init(&c->handles, sizeof(tf__handle));
     tf__id_table_init(&c->prepared, sizeof(tf__prepared_rec));
-    const char *path = resolve_path(socket_path);
+    char path[512], why[1024];
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     tf_status st = TF_OK;
-    if (strlen(path) >= sizeof addr.sun_path) {
+    if (resolve_path(socket_path, device, path, sizeof path, why, sizeof why) != 0) {
+        c->broken = 1;
+        st = tf__fail(c, strstr(why, "names no device") ? TF_ERR_INVALID_ARGUMENT : TF_ERR_DISCONNECTED,
+                      "%s", why);
+    } else if (strlen(path) >= sizeof addr.sun_path) {
         st = tf__fail(c, TF_ERR_INVALID_ARGUMENT, "socket path %s is too long", path);
     } else {
         snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
@@ -391,6 +451,14 @@ tf_status tf_connect(const char *socket_path, tf_client **out) {
     if (st == TF_OK) st = handshake(c);
     *out = c; /* even on failure, so tf_client_last_error can say why; free with tf_disconnect */
     return st;
+}
+
+tf_status tf_connect(const char *socket_path, tf_client **out) {
+    return connect_to(socket_path, NULL, out);
+}
+
+tf_status tf_connect_device(const char *device, tf_client **out) {
+    return connect_to(NULL, device && device[0] ? device : "auto", out);
 }
 
 void tf_disconnect(tf_client *c) {

@@ -243,9 +243,12 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
         const char *env = getenv("TENFERRO_SOCKET");
         if (env && env[0])
             snprintf(srv->opt.socket_path, sizeof srv->opt.socket_path, "%s", env);
-        else
-            snprintf(srv->opt.socket_path, sizeof srv->opt.socket_path,
-                     "/run/tenferro/tenferrod-%s.sock", resolved);
+        else {
+            /* Where clients look for the daemon of a device (tf_connect_device). */
+            const char *dir = getenv("TENFERRO_RUNTIME_DIR");
+            snprintf(srv->opt.socket_path, sizeof srv->opt.socket_path, "%s/tenferrod-%s.sock",
+                     dir && dir[0] ? dir : "/run/tenferro", resolved);
+        }
     }
     int workers = opt->workers;
     if (workers <= 0) {

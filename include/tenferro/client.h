@@ -25,12 +25,32 @@ typedef struct tf_client tf_client;
 
 /*
  * Connects to the tenferrod listening on `socket_path` and performs the
- * handshake. A NULL path means $TENFERRO_SOCKET, else the first of
- * /run/tenferro/tenferrod-0.sock and /run/tenferro/tenferrod-cpu.sock that
- * exists. The client's name (shown by tenferroctl status) is
- * $TENFERRO_CLIENT_NAME, else the program's name.
+ * handshake. The socket is, in this order:
+ *   1. socket_path, when not NULL or "";
+ *   2. $TENFERRO_SOCKET, when set and not empty;
+ *   3. the socket of the device named by $TENFERRO_DEVICE, as tf_connect_device;
+ *   4. the first of DIR/tenferrod-0.sock and DIR/tenferrod-cpu.sock that
+ *      exists, DIR being $TENFERRO_RUNTIME_DIR or /run/tenferro (where the
+ *      systemd units tenferrod@0 and tenferrod@cpu listen).
+ * When none of step 4's exists, the call fails with TF_ERR_DISCONNECTED and a
+ * message naming TENFERRO_SOCKET and both paths. The client's name (shown by
+ * tenferroctl status) is $TENFERRO_CLIENT_NAME, else the program's name.
+ *
+ * On success and on failure alike *client is set (NULL only when out of
+ * memory, or when client is NULL): after a failure it carries the reason
+ * (tf_client_last_error) and every call on it returns TF_ERR_DISCONNECTED;
+ * free it with tf_disconnect either way.
  */
 TF_EXTERN tf_status tf_connect(const char *socket_path, tf_client **client);
+
+/*
+ * Connects to the daemon of one device: "cuda:N" (or "N") is the daemon of
+ * GPU N, DIR/tenferrod-N.sock; "cpu" the CPU daemon, DIR/tenferrod-cpu.sock;
+ * NULL, "" or "auto" follow tf_connect's rules from step 2. DIR is
+ * $TENFERRO_RUNTIME_DIR or /run/tenferro. A device name of another form is
+ * TF_ERR_INVALID_ARGUMENT. *client as for tf_connect.
+ */
+TF_EXTERN tf_status tf_connect_device(const char *device, tf_client **client);
 
 /*
  * Closes the connection; the daemon frees every tensor and pinned buffer the
