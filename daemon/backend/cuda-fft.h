@@ -26,6 +26,16 @@ void tfd_cuda_fft_close(tfd_cuda_fft *ff, int device_ok);
 tf_status tfd_cuda_fft_run(tfd_cuda_fft *ff, tfd_cuda_stream *s, const tfd_op *op, int sm_count,
                            char *msg, size_t msg_len);
 
+/*
+ * Makes op's plans (a validated OP_FFT) outside the cache, for a graph about
+ * to capture it, and hands them to the capture (cuda-graph.c), which
+ * destroys them with the graph; the capture's run of op then uses them.
+ * Nothing to make for a transform that is a copy. Called before the capture
+ * begins: planning allocates device memory and copies synchronously.
+ */
+tf_status tfd_cuda_fft_prepare(const tfd_op *op, tfd_cuda_capture *cap, char *msg,
+                               size_t msg_len);
+
 /* The cache's counters into out[0]; returns 1 (0 when max < 1). */
 int tfd_cuda_fft_caches(tfd_cuda_fft *ff, tfd_cache_stats *out, int max);
 
