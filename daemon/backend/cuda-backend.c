@@ -498,7 +498,9 @@ static void cuda_stream_destroy(tfd_backend *be, void *stream) {
     }
     pthread_mutex_unlock(&impl->lock);
     if (s == NULL) return;
+    tfd_cuda_graphs_hold_off(&impl->graphs); /* cublasDestroy synchronizes the device */
     tfd_cuda_stream_delete(s, device_ok);
+    tfd_cuda_graphs_resume(&impl->graphs);
 }
 
 /* ---- memory ---- */
@@ -881,13 +883,24 @@ static tf_status cuda_contract(tfd_backend *be, void *stream, const tfd_op *op, 
     return tfd_cuda_contract(stream, ((cuda_impl *)be->impl)->sm_count, op, msg, msg_len);
 }
 
-/* FFTs go through cuFFT with the daemon-wide plan cache (cuda-fft.c). */
+/*
+ * FFTs go through cuFFT with the daemon-wide plan cache (cuda-fft.c). Plans
+ * the cache let go of are destroyed first, here on a worker; cufftDestroy
+ * may synchronize the device, so never while a graph capture runs (the
+ * capturing thread itself, whose stream is capturing, leaves them).
+ */
 static tf_status cuda_fft(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                           size_t msg_len) {
     tf_status st = begin_op(be, stream, op, 1, msg, msg_len);
     if (st != TF_OK) return st;
-    const cuda_impl *impl = be->impl;
-    return tfd_cuda_fft_run(impl->fft, stream, op, impl->sm_count, msg, msg_len);
+    cuda_impl *impl = be->impl;
+    tfd_cuda_stream *s = stream;
+    if (s->capture == NULL && tfd_cuda_fft_to_drain(impl->fft)) {
+        tfd_cuda_graphs_hold_off(&impl->graphs);
+        tfd_cuda_fft_drain(impl->fft);
+        tfd_cuda_graphs_resume(&impl->graphs);
+    }
+    return tfd_cuda_fft_run(impl->fft, s, op, impl->sm_count, msg, msg_len);
 }
 
 /* The backend's daemon-wide caches: the cuFFT plans, then the contraction plans. */

@@ -29,15 +29,16 @@
  * waits for the whole device, so a plan the cache lets go of (evicted,
  * trimmed) is destroyed by the next FFT a worker runs (the cache's drain),
  * or at close: never on the event loop's thread, where `tenferroctl trim`
- * empties the cache.
+ * empties the cache. (cuda-backend.c drains before each FFT, holding off
+ * graph captures meanwhile: cufftDestroy may synchronize the device.)
  *
  * Graphs (cuda-graph.c): a captured cufftExec keeps pointers into its plan's
  * device data for every replay, and the cache may destroy a plan once it is
  * released. So an FFT of a graph gets plans of its own, outside the cache,
  * made before the capture begins (tfd_cuda_fft_prepare: planning allocates
  * and copies synchronously, which has no place inside a capture) and owned
- * by the graph; while the stream captures, the run takes those, and neither
- * drains nor touches the cache.
+ * by the graph; while the stream captures, the run takes those and leaves
+ * the cache alone.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -306,8 +307,6 @@ tf_status tfd_cuda_fft_run(tfd_cuda_fft *ff, tfd_cuda_stream *s, const tfd_op *o
     tf__meta in_meta;
     tf_status st = tfd_fft_check_op(op, &in_meta, msg, msg_len);
     if (st != TF_OK) return st;
-    /* Destroying plans frees device memory, which has no place inside a capture. */
-    if (s->capture == NULL) tfd_plan_cache_drain(&ff->cache);
     const size_t in_bytes = (size_t)in->numel * tf_dtype_size(in->dtype);
     if (copy_only(op)) {
         TFD_CUDA_CHECK_RET(cudaMemcpyAsync(out->data, in->data, in_bytes, cudaMemcpyDeviceToDevice,
@@ -387,3 +386,11 @@ int tfd_cuda_fft_caches(tfd_cuda_fft *ff, tfd_cache_stats *out, int max) {
 }
 
 uint64_t tfd_cuda_fft_clear(tfd_cuda_fft *ff) { return ff ? tfd_plan_cache_clear(&ff->cache) : 0; }
+
+int tfd_cuda_fft_to_drain(tfd_cuda_fft *ff) {
+    return ff && tfd_plan_cache_declined(&ff->cache) > 0;
+}
+
+void tfd_cuda_fft_drain(tfd_cuda_fft *ff) {
+    if (ff) tfd_plan_cache_drain(&ff->cache);
+}

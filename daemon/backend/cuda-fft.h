@@ -39,7 +39,13 @@ tf_status tfd_cuda_fft_prepare(const tfd_op *op, tfd_cuda_capture *cap, char *ms
 /* The cache's counters into out[0]; returns 1 (0 when max < 1). */
 int tfd_cuda_fft_caches(tfd_cuda_fft *ff, tfd_cache_stats *out, int max);
 
-/* Empties the cache (trim) without waiting: the plans are destroyed by the next FFT or at close. */
+/* Empties the cache (trim) without waiting: its plans go at the next drain or at close. */
 uint64_t tfd_cuda_fft_clear(tfd_cuda_fft *ff);
+
+/* 1 when plans the cache let go of (evicted, trimmed) wait for tfd_cuda_fft_drain. */
+int tfd_cuda_fft_to_drain(tfd_cuda_fft *ff);
+
+/* Destroys the plans the cache let go of; may synchronize the device (a worker, before an FFT). */
+void tfd_cuda_fft_drain(tfd_cuda_fft *ff);
 
 #endif

@@ -27,6 +27,13 @@
  * capture runs. What a capture itself needs is kept by construction: nothing
  * synchronizes or queries the capture stream, and this file frees no device
  * memory while one of its captures runs (graph_destroy takes the mutex).
+ * Calls elsewhere that may synchronize the whole device, which CUDA refuses
+ * while any stream of it captures, take the mutex too
+ * (tfd_cuda_graphs_hold_off): destroying the plans the cuFFT cache let go
+ * of, and destroying a stream (cublasDestroy). The daemon's other device
+ * calls neither synchronize the device nor reach a non-blocking stream
+ * through the legacy stream (its unordered free is a cudaFree of pool
+ * memory, which does not synchronize).
  *
  * What the graph owns, so that it is self-contained (it may run on any
  * stream after the stream and connection that prepared it are gone):
@@ -241,6 +248,14 @@ void tfd_cuda_graphs_close(tfd_cuda_graphs *g, int device_ok) {
     g->stream = NULL;
     pthread_mutex_destroy(&g->lock);
     g->ready = 0;
+}
+
+void tfd_cuda_graphs_hold_off(tfd_cuda_graphs *g) {
+    if (g->ready) pthread_mutex_lock(&g->lock);
+}
+
+void tfd_cuda_graphs_resume(tfd_cuda_graphs *g) {
+    if (g->ready) pthread_mutex_unlock(&g->lock);
 }
 
 /* ---- capture ---- */

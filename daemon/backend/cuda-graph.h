@@ -34,6 +34,17 @@ int tfd_cuda_graphs_init(tfd_cuda_graphs *g, tfd_cuda_heap *heap, cudaMemPool_t 
 /* Destroys the capture stream (device calls only with device_ok); every graph is gone. */
 void tfd_cuda_graphs_close(tfd_cuda_graphs *g, int device_ok);
 
+/*
+ * Holds off the device's captures while the caller makes a call that may
+ * synchronize the whole device (cufftDestroy, cublasDestroy): CUDA refuses
+ * such a call while a stream of the device captures, and may invalidate the
+ * capture. Waits for a capture in progress. Never from the capturing thread.
+ */
+void tfd_cuda_graphs_hold_off(tfd_cuda_graphs *g);
+
+/* Lets captures run again after tfd_cuda_graphs_hold_off. */
+void tfd_cuda_graphs_resume(tfd_cuda_graphs *g);
+
 /* The vtable's graph_capture (backend.h): *graph and *bytes are set on TF_OK only. */
 tf_status tfd_cuda_graph_capture(tfd_cuda_graphs *g, tfd_backend *be, const tfd_op *ops,
                                  int n_ops, void **graph, uint64_t *bytes, char *msg,

@@ -32,8 +32,9 @@
  * the FFT plan cache was emptied and its plans destroyed; device memory
  * before and after graph_destroy; captures refused by a node (a bad dtype,
  * a kind no family serves) or invalidated by one that waits for the device
- * (OP_TEST_FAULT synchronizes its stream); and captures while other threads
- * allocate, free and run FFTs.
+ * (OP_TEST_FAULT synchronizes its stream); and captures while another
+ * thread allocates, frees, page-locks host memory, makes and destroys
+ * streams and runs FFTs.
  *
  * When it runs: only when TENFERRO_TEST_DEVICE starts with "cuda" ("cuda:N"
  * picks the ordinal) and /dev/nvidiactl exists; otherwise it prints a skip
@@ -1049,15 +1050,26 @@ END_TEST
 
 /* ---- captures while the daemon's other threads work ---- */
 
-/* What the other thread does: unordered allocs and frees, and FFTs with trims on its stream. */
+/* Streams the other thread makes and gives back at once: more than the backend pools. */
+#define CHURN_STREAMS 40
+
+/*
+ * What the other thread does, as the daemon's loop thread and workers do:
+ * unordered allocs and frees, host memory page-locked and released,
+ * streams made and given back beyond the pool (cublasDestroy), and FFTs on
+ * its stream with trims in between (so cached plans are destroyed).
+ */
 typedef struct busy {
     atomic_int stop;
     void *stream;
     graph_def *fft; /* FFT nodes of its own tensors */
+    void *host;     /* page-aligned, HOST_BYTES */
     int rounds;
     tf_status st;
     char why[256];
 } busy;
+
+#define HOST_BYTES ((size_t)1 << 20)
 
 static void *busy_thread(void *arg) {
     busy *b = arg;
@@ -1069,6 +1081,20 @@ static void *busy_thread(void *arg) {
             break;
         }
         GPU->vt->free(GPU, NULL, p, 3 * MIB);
+        b->st = GPU->vt->host_register(GPU, b->host, HOST_BYTES, b->why, sizeof b->why);
+        if (b->st != TF_OK) break;
+        GPU->vt->host_unregister(GPU, b->host);
+        if ((b->rounds & 7) == 0) {
+            void *churn[CHURN_STREAMS] = {0};
+            for (int i = 0; i < CHURN_STREAMS && b->st == TF_OK; i++)
+                b->st = GPU->vt->stream_create(GPU, 0, &churn[i]);
+            for (int i = 0; i < CHURN_STREAMS; i++)
+                if (churn[i]) GPU->vt->stream_destroy(GPU, churn[i]);
+            if (b->st != TF_OK) {
+                snprintf(b->why, sizeof b->why, "stream_create failed");
+                break;
+            }
+        }
         for (int i = 0; i < b->fft->n && b->st == TF_OK; i++)
             b->st = tfd_backend_run_op(GPU, b->stream, &b->fft->op[ON_GPU][i], b->why,
                                        sizeof b->why);
@@ -1087,9 +1113,10 @@ static void *busy_thread(void *arg) {
 /*
  * 20 graphs captured, launched, checked and destroyed while another thread
  * allocates and frees without a stream (cudaMallocFromPoolAsync,
- * cudaStreamSynchronize of the legacy stream, cudaFree), runs FFTs, trims
- * and waits for events: the relaxed capture on the private stream is
- * neither disturbed by that work nor disturbs it.
+ * cudaStreamSynchronize of the legacy stream, cudaFree of pool memory),
+ * page-locks host memory, makes and destroys streams, runs FFTs, trims and
+ * waits for events: the relaxed capture on the private stream is neither
+ * disturbed by that work nor disturbs it.
  */
 START_TEST(test_capture_beside_other_work) {
     mixed *mx = malloc(sizeof *mx);
@@ -1100,6 +1127,9 @@ START_TEST(test_capture_beside_other_work) {
     fft_nodes(other, TF_C128, &ofs);
     fft_fill(&ofs);
     busy b = {.stream = new_stream(), .fft = other, .st = TF_OK};
+    b.host = aligned_alloc(4096, HOST_BYTES);
+    ck_assert_ptr_nonnull(b.host);
+    memset(b.host, 0, HOST_BYTES);
     pthread_t th;
     ck_assert_int_eq(pthread_create(&th, NULL, busy_thread, &b), 0);
     for (int i = 0; i < 20; i++) {
@@ -1116,6 +1146,7 @@ START_TEST(test_capture_beside_other_work) {
                   tf_status_name(b.st), b.why);
     printf("test-cuda-graph: 20 captures beside %d rounds of other work\n", b.rounds);
     fflush(stdout);
+    free(b.host);
     free(other);
     free(mx);
     expect_healthy("after captures beside other work");
