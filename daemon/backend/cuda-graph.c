@@ -64,10 +64,14 @@
  *    these are allocation and free nodes of the graph, whose memory CUDA's
  *    graph pool keeps for it; graph_destroy trims that pool.
  *  - The backend's own kernels take only pointers and values.
- * *bytes is the keep-list's size plus the graph's allocation nodes'.
+ * *bytes is the keep-list's size plus the graph's allocation nodes' (the
+ * private plans' own device memory, which cuFFT does not report, is not in
+ * it).
  *
  * Instantiation uses flags 0, so a replay's kernels take the priority of the
- * stream it is launched on (the client's), not the capture stream's. CUDA
+ * stream it is launched on (the client's), not the capture stream's; the
+ * executable graph is uploaded at once, so the first replay does not pay
+ * for it. CUDA
  * orders every launch of one executable graph after the previous launch,
  * whatever the stream, which is what graph_launch promises.
  *
@@ -392,7 +396,7 @@ static tf_status capture_locked(tfd_cuda_graphs *g, tfd_backend *be, const tfd_o
                                           __LINE__, msg, msg_len));
         goto restore;
     }
-    /* Uploaded now, on the capture stream, so the first replay does not pay for it. */
+    /* Uploaded now, on the capture stream, and waited for: errors surface at prepare time. */
     e = cudaGraphUpload(gr->exec, s->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s->stream);
     if (e != cudaSuccess)
