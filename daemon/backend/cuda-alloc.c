@@ -46,6 +46,13 @@
  * list's and then each cache's, never waits on a mutex its caller holds.
  * Release calls cudaFreeAsync under the cache's mutex; a free arriving then
  * waits that long.
+ *
+ * While a stream captures a graph (s->capture set; only the backend's
+ * private capture stream ever does), alloc and free bypass the cache and go
+ * to the capture (cuda-graph.c): a block the captured kernels use must stay
+ * the graph's for the graph's whole life, so it can be neither a cached
+ * block (a later free would hand it to other work) nor cudaMallocAsync on
+ * the stream (a memory node of the graph).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -55,6 +62,7 @@
 #include <cuda_runtime_api.h>
 
 #include "daemon/backend/cuda-check.h"
+#include "daemon/backend/cuda-graph.h"
 #include "daemon/backend/cuda-internal.h"
 #include "daemon/log.h"
 
@@ -282,6 +290,7 @@ void tfd_cuda_cache_detach(tfd_cuda_stream *s, int device_ok) {
 tf_status tfd_cuda_cache_alloc(tfd_cuda_stream *s, size_t bytes, void **ptr, char *msg,
                                size_t msg_len) {
     *ptr = NULL;
+    if (s->capture != NULL) return tfd_cuda_capture_alloc(s->capture, bytes, ptr, msg, msg_len);
     if (bytes > CLASS_MAX) return device_malloc(s, bytes, ptr, msg, msg_len);
     const int k = class_of(bytes);
     const size_t size = class_bytes(k);
@@ -299,6 +308,10 @@ tf_status tfd_cuda_cache_alloc(tfd_cuda_stream *s, size_t bytes, void **ptr, cha
 }
 
 void tfd_cuda_cache_free(tfd_cuda_stream *s, void *ptr, size_t bytes) {
+    if (s->capture != NULL) {
+        tfd_cuda_capture_free(s->capture, ptr, bytes);
+        return;
+    }
     if (bytes > CLASS_MAX) {
         device_free(s, ptr);
         return;

@@ -3,7 +3,8 @@
  * completion events, and the validation and dispatch of the operation
  * families (kernels in cuda-kernels.cu, matrix products in cuda-matmul.c,
  * the fault-injection kernel of the tests in cuda-fault.cu, contractions in
- * cuda-contract.c, FFTs and their plan cache in cuda-fft.c).
+ * cuda-contract.c, FFTs and their plan cache in cuda-fft.c, prepared graphs
+ * as CUDA graphs in cuda-graph.c).
  *
  * Everything is asynchronous on the logical stream's CUDA stream: operations
  * are launches, copies are cudaMemcpyAsync, and memory comes from each
@@ -42,6 +43,7 @@
 #include "daemon/backend/cuda-backend.h"
 #include "daemon/backend/cuda-check.h"
 #include "daemon/backend/cuda-fft.h"
+#include "daemon/backend/cuda-graph.h"
 #include "daemon/backend/cuda-internal.h"
 #include "daemon/backend/cuda-kernels.h"
 #include "daemon/log.h"
@@ -70,6 +72,7 @@ typedef struct cuda_impl {
     cudaEvent_t free_events[EVENT_POOL_MAX];
     int n_free_events;
     tfd_cuda_fft *fft; /* the daemon-wide cuFFT plans (cuda-fft.c) */
+    tfd_cuda_graphs graphs; /* prepared graphs' capture stream (cuda-graph.c) */
 } cuda_impl;
 
 /* ---- errors ---- */
@@ -232,9 +235,8 @@ int tfd_cuda_device_count(void) {
     return n > 0 ? n : 0;
 }
 
-/* Creates a CUDA stream of priority `prio`, a cuBLAS handle bound to it, and its block cache. */
-static tf_status new_stream(cuda_impl *impl, int prio, tfd_cuda_stream **out, char *msg,
-                            size_t msg_len) {
+tf_status tfd_cuda_stream_new(tfd_cuda_heap *heap, int prio, tfd_cuda_stream **out, char *msg,
+                              size_t msg_len) {
     tf_status st = TF_OK;
     tfd_cuda_stream *s = calloc(1, sizeof *s);
     if (s == NULL) {
@@ -248,7 +250,7 @@ static tf_status new_stream(cuda_impl *impl, int prio, tfd_cuda_stream **out, ch
     TFD_CUBLAS_CHECK_GOTO(cublasSetStream(s->blas, s->stream), st, msg, msg_len, fail);
     /* Full-precision products, as on the CPU: no TF32 unless a later option asks for it. */
     TFD_CUBLAS_CHECK_GOTO(cublasSetMathMode(s->blas, CUBLAS_DEFAULT_MATH), st, msg, msg_len, fail);
-    st = tfd_cuda_cache_attach(&impl->heap, s, msg, msg_len);
+    st = tfd_cuda_cache_attach(heap, s, msg, msg_len);
     if (st != TF_OK) goto fail;
     *out = s;
     return TF_OK;
@@ -259,12 +261,8 @@ fail:
     return st;
 }
 
-/*
- * Destroys a stream for good, its cached memory first; cublasDestroy
- * synchronizes the device, so only close and overflow. Without a usable
- * device only the host side is freed.
- */
-static void delete_stream(tfd_cuda_stream *s, int device_ok) {
+/* Only close and a pool overflow destroy streams: cublasDestroy synchronizes the device. */
+void tfd_cuda_stream_delete(tfd_cuda_stream *s, int device_ok) {
     tfd_cuda_cache_detach(s, device_ok);
     if (!device_ok) {
         free(s);
@@ -284,7 +282,7 @@ static void drain_pools(cuda_impl *impl, int device_ok) {
     while (impl->free_streams != NULL) {
         tfd_cuda_stream *s = impl->free_streams;
         impl->free_streams = s->next;
-        delete_stream(s, device_ok);
+        tfd_cuda_stream_delete(s, device_ok);
     }
     impl->n_free_streams = 0;
     for (int i = 0; i < impl->n_free_events; i++)
@@ -356,12 +354,17 @@ static tf_status cuda_open(tfd_backend *be, int ordinal, char *msg, size_t msg_l
     TFD_CUDA_CHECK_GOTO(cudaDeviceGetStreamPriorityRange(&impl->prio_least, &impl->prio_greatest),
                         st, msg, msg_len, fail);
     impl->sm_count = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    if (tfd_cuda_graphs_init(&impl->graphs, &impl->heap, impl->pool, ordinal) != 0) {
+        snprintf(msg, msg_len, "cuda: cannot initialise a mutex");
+        st = TF_ERR_INTERNAL;
+        goto fail;
+    }
 
     for (int i = 0; i < PREWARM_STREAMS; i++) {
         tfd_cuda_stream *s = NULL;
         int prio = 0 < impl->prio_least ? impl->prio_least : 0;
         if (prio < impl->prio_greatest) prio = impl->prio_greatest;
-        st = new_stream(impl, prio, &s, msg, msg_len);
+        st = tfd_cuda_stream_new(&impl->heap, prio, &s, msg, msg_len);
         if (st != TF_OK) goto fail;
         s->next = impl->free_streams;
         impl->free_streams = s;
@@ -385,6 +388,7 @@ static tf_status cuda_open(tfd_backend *be, int ordinal, char *msg, size_t msg_l
     return TF_OK;
 
 fail:
+    tfd_cuda_graphs_close(&impl->graphs, !atomic_load(&poisoned));
     tfd_cuda_fft_close(impl->fft, !atomic_load(&poisoned));
     drain_pools(impl, !atomic_load(&poisoned));
     tfd_cuda_heap_destroy(&impl->heap);
@@ -410,6 +414,7 @@ static void cuda_close(tfd_backend *be) {
     } else {
         log_failure("close", st, msg);
     }
+    tfd_cuda_graphs_close(&impl->graphs, device_ok);
     tfd_cuda_fft_close(impl->fft, device_ok);
     pthread_mutex_lock(&impl->lock);
     drain_pools(impl, device_ok);
@@ -459,7 +464,7 @@ static tf_status cuda_stream_create(tfd_backend *be, int priority, void **stream
     }
     pthread_mutex_unlock(&impl->lock);
     if (s == NULL) {
-        st = new_stream(impl, prio, &s, msg, sizeof msg);
+        st = tfd_cuda_stream_new(&impl->heap, prio, &s, msg, sizeof msg);
         if (st != TF_OK) {
             log_failure("stream_create", st, msg);
             return st;
@@ -493,7 +498,9 @@ static void cuda_stream_destroy(tfd_backend *be, void *stream) {
     }
     pthread_mutex_unlock(&impl->lock);
     if (s == NULL) return;
-    delete_stream(s, device_ok);
+    tfd_cuda_graphs_hold_off(&impl->graphs); /* cublasDestroy synchronizes the device */
+    tfd_cuda_stream_delete(s, device_ok);
+    tfd_cuda_graphs_resume(&impl->graphs);
 }
 
 /* ---- memory ---- */
@@ -876,13 +883,24 @@ static tf_status cuda_contract(tfd_backend *be, void *stream, const tfd_op *op, 
     return tfd_cuda_contract(stream, ((cuda_impl *)be->impl)->sm_count, op, msg, msg_len);
 }
 
-/* FFTs go through cuFFT with the daemon-wide plan cache (cuda-fft.c). */
+/*
+ * FFTs go through cuFFT with the daemon-wide plan cache (cuda-fft.c). Plans
+ * the cache let go of are destroyed first, here on a worker; cufftDestroy
+ * may synchronize the device, so never while a graph capture runs (the
+ * capturing thread itself, whose stream is capturing, leaves them).
+ */
 static tf_status cuda_fft(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                           size_t msg_len) {
     tf_status st = begin_op(be, stream, op, 1, msg, msg_len);
     if (st != TF_OK) return st;
-    const cuda_impl *impl = be->impl;
-    return tfd_cuda_fft_run(impl->fft, stream, op, impl->sm_count, msg, msg_len);
+    cuda_impl *impl = be->impl;
+    tfd_cuda_stream *s = stream;
+    if (s->capture == NULL && tfd_cuda_fft_to_drain(impl->fft)) {
+        tfd_cuda_graphs_hold_off(&impl->graphs);
+        tfd_cuda_fft_drain(impl->fft);
+        tfd_cuda_graphs_resume(&impl->graphs);
+    }
+    return tfd_cuda_fft_run(impl->fft, s, op, impl->sm_count, msg, msg_len);
 }
 
 /* The backend's daemon-wide caches: the cuFFT plans, then the contraction plans. */
@@ -1032,6 +1050,45 @@ static void cuda_host_unregister(tfd_backend *be, void *ptr) {
         (void)tfd_cuda_fail(e, "cudaHostUnregister(ptr)", __FILE__, __LINE__, NULL, 0);
 }
 
+/* ---- prepared graphs (cuda-graph.c) ---- */
+
+/* Records ops into a CUDA graph on the backend's private capture stream; nothing runs yet. */
+static tf_status cuda_graph_capture(tfd_backend *be, const tfd_op *ops, int n_ops, void **graph,
+                                    uint64_t *bytes, char *msg, size_t msg_len) {
+    cuda_impl *impl = be->impl;
+    if (graph == NULL || bytes == NULL) {
+        snprintf(msg, msg_len, "cuda: graph_capture without a place for the graph");
+        return TF_ERR_INTERNAL;
+    }
+    *graph = NULL;
+    *bytes = 0;
+    tf_status st = enter(impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    return tfd_cuda_graph_capture(&impl->graphs, be, ops, n_ops, graph, bytes, msg, msg_len);
+}
+
+/* One replay of a captured graph on the stream. */
+static tf_status cuda_graph_launch(tfd_backend *be, void *stream, void *graph, char *msg,
+                                   size_t msg_len) {
+    tf_status st = enter(be->impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    if (stream == NULL || graph == NULL) {
+        snprintf(msg, msg_len, "cuda: graph_launch without a %s",
+                 stream == NULL ? "stream" : "graph");
+        return TF_ERR_INTERNAL;
+    }
+    return tfd_cuda_graph_launch(stream, graph, msg, msg_len);
+}
+
+/* Frees a graph and what it owns; a poisoned context frees only host memory. */
+static void cuda_graph_destroy(tfd_backend *be, void *graph) {
+    cuda_impl *impl = be->impl;
+    if (graph == NULL || impl == NULL) return;
+    char msg[256];
+    const int device_ok = enter(impl, msg, sizeof msg) == TF_OK;
+    tfd_cuda_graph_destroy(&impl->graphs, graph, device_ok);
+}
+
 const tfd_backend_vtable tfd_cuda_backend = {
     .name = "cuda",
     .copies_enqueue_only = 1,
@@ -1062,4 +1119,7 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .trim = cuda_trim,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
+    .graph_capture = cuda_graph_capture,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
 };

@@ -29,7 +29,16 @@
  * waits for the whole device, so a plan the cache lets go of (evicted,
  * trimmed) is destroyed by the next FFT a worker runs (the cache's drain),
  * or at close: never on the event loop's thread, where `tenferroctl trim`
- * empties the cache.
+ * empties the cache. (cuda-backend.c drains before each FFT, holding off
+ * graph captures meanwhile: cufftDestroy may synchronize the device.)
+ *
+ * Graphs (cuda-graph.c): a captured cufftExec keeps pointers into its plan's
+ * device data for every replay, and the cache may destroy a plan once it is
+ * released. So an FFT of a graph gets plans of its own, outside the cache,
+ * made before the capture begins (tfd_cuda_fft_prepare: planning allocates
+ * and copies synchronously, which has no place inside a capture) and owned
+ * by the graph; while the stream captures, the run takes those and leaves
+ * the cache alone.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +49,7 @@
 
 #include "daemon/backend/cuda-check.h"
 #include "daemon/backend/cuda-fft.h"
+#include "daemon/backend/cuda-graph.h"
 #include "daemon/backend/cuda-kernels.h"
 #include "daemon/backend/fft-layout.h"
 #include "daemon/log.h"
@@ -264,26 +274,58 @@ static tf_status take_plans(tfd_cuda_fft *ff, const tfd_op *op, const tf__meta *
     return st;
 }
 
+/* A C2C whose every transformed axis has length 1: each 1-point DFT is the identity (and n = 1). */
+static int copy_only(const tfd_op *op) {
+    int only = op->fft.kind == TF__FFT_C2C;
+    for (int i = 0; i < op->fft.n_axes; i++) only &= op->in[0].shape[op->fft.axes[i]] == 1;
+    return only;
+}
+
+/* The adopted plans' destructor: the graph that owned them is gone. */
+static void destroy_private(void *plans, int device_ok) { destroy_now(plans, device_ok); }
+
+tf_status tfd_cuda_fft_prepare(const tfd_op *op, tfd_cuda_capture *cap, char *msg,
+                               size_t msg_len) {
+    tf__meta in_meta;
+    tf_status st = tfd_fft_check_op(op, &in_meta, msg, msg_len);
+    if (st != TF_OK || copy_only(op)) return st;
+    fft_plans *p = calloc(1, sizeof *p);
+    if (!p) {
+        snprintf(msg, msg_len, "cuda: out of host memory planning an FFT");
+        return TF_ERR_NO_MEMORY;
+    }
+    tfd_fft_layout_of(&op->fft, &in_meta, &p->layout);
+    st = make_plans(p, in_meta.dtype, msg, msg_len);
+    if (st == TF_OK) st = tfd_cuda_capture_adopt(cap, op, p, destroy_private, msg, msg_len);
+    if (st != TF_OK) destroy_now(p, 1);
+    return st;
+}
+
 tf_status tfd_cuda_fft_run(tfd_cuda_fft *ff, tfd_cuda_stream *s, const tfd_op *op, int sm_count,
                            char *msg, size_t msg_len) {
     const tfd_tensor_view *in = &op->in[0], *out = &op->out;
     tf__meta in_meta;
     tf_status st = tfd_fft_check_op(op, &in_meta, msg, msg_len);
     if (st != TF_OK) return st;
-    tfd_plan_cache_drain(&ff->cache);
     const size_t in_bytes = (size_t)in->numel * tf_dtype_size(in->dtype);
-    int copy_only = op->fft.kind == TF__FFT_C2C;
-    for (int i = 0; i < op->fft.n_axes; i++) copy_only &= in->shape[op->fft.axes[i]] == 1;
-    if (copy_only) {
-        /* Every transformed axis has length 1: each 1-point DFT is the identity (and n = 1). */
+    if (copy_only(op)) {
         TFD_CUDA_CHECK_RET(cudaMemcpyAsync(out->data, in->data, in_bytes, cudaMemcpyDeviceToDevice,
                                            s->stream),
                            msg, msg_len);
         return TF_OK;
     }
     tfd_plan_entry *entry = NULL;
-    if ((st = take_plans(ff, op, &in_meta, &entry, msg, msg_len)) != TF_OK) return st;
-    const fft_plans *p = tfd_plan_entry_value(entry);
+    const fft_plans *p = NULL;
+    if (s->capture != NULL) {
+        p = tfd_cuda_capture_find(s->capture, op);
+        if (p == NULL) {
+            snprintf(msg, msg_len, "cuda: an FFT is captured without the plans made for its graph");
+            return TF_ERR_INTERNAL;
+        }
+    } else {
+        if ((st = take_plans(ff, op, &in_meta, &entry, msg, msg_len)) != TF_OK) return st;
+        p = tfd_plan_entry_value(entry);
+    }
     void *scratch = NULL, *work = NULL;
     if (p->layout.scratch) {
         st = tfd_cuda_cache_alloc(s, in_bytes, &scratch, msg, msg_len);
@@ -312,7 +354,7 @@ done:
     /* Stream-ordered: the blocks go back after the launches that use them. */
     if (work) tfd_cuda_cache_free(s, work, p->work_bytes);
     if (scratch) tfd_cuda_cache_free(s, scratch, in_bytes);
-    tfd_plan_cache_release(&ff->cache, entry);
+    if (entry) tfd_plan_cache_release(&ff->cache, entry);
     return st;
 }
 
@@ -344,3 +386,11 @@ int tfd_cuda_fft_caches(tfd_cuda_fft *ff, tfd_cache_stats *out, int max) {
 }
 
 uint64_t tfd_cuda_fft_clear(tfd_cuda_fft *ff) { return ff ? tfd_plan_cache_clear(&ff->cache) : 0; }
+
+int tfd_cuda_fft_to_drain(tfd_cuda_fft *ff) {
+    return ff && tfd_plan_cache_declined(&ff->cache) > 0;
+}
+
+void tfd_cuda_fft_drain(tfd_cuda_fft *ff) {
+    if (ff) tfd_plan_cache_drain(&ff->cache);
+}

@@ -26,10 +26,26 @@ void tfd_cuda_fft_close(tfd_cuda_fft *ff, int device_ok);
 tf_status tfd_cuda_fft_run(tfd_cuda_fft *ff, tfd_cuda_stream *s, const tfd_op *op, int sm_count,
                            char *msg, size_t msg_len);
 
+/*
+ * Makes op's plans (a validated OP_FFT) outside the cache, for a graph about
+ * to capture it, and hands them to the capture (cuda-graph.c), which
+ * destroys them with the graph; the capture's run of op then uses them.
+ * Nothing to make for a transform that is a copy. Called before the capture
+ * begins: planning allocates device memory and copies synchronously.
+ */
+tf_status tfd_cuda_fft_prepare(const tfd_op *op, tfd_cuda_capture *cap, char *msg,
+                               size_t msg_len);
+
 /* The cache's counters into out[0]; returns 1 (0 when max < 1). */
 int tfd_cuda_fft_caches(tfd_cuda_fft *ff, tfd_cache_stats *out, int max);
 
-/* Empties the cache (trim) without waiting: the plans are destroyed by the next FFT or at close. */
+/* Empties the cache (trim) without waiting: its plans go at the next drain or at close. */
 uint64_t tfd_cuda_fft_clear(tfd_cuda_fft *ff);
+
+/* 1 when plans the cache let go of (evicted, trimmed) wait for tfd_cuda_fft_drain. */
+int tfd_cuda_fft_to_drain(tfd_cuda_fft *ff);
+
+/* Destroys the plans the cache let go of; may synchronize the device (a worker, before an FFT). */
+void tfd_cuda_fft_drain(tfd_cuda_fft *ff);
 
 #endif

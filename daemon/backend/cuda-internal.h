@@ -61,6 +61,9 @@ typedef struct tfd_cuda_cache {
 
 typedef struct tfd_cuda_heap tfd_cuda_heap;
 
+/* What a graph capture owns while it runs (cuda-graph.c): its scratch blocks and private plans. */
+typedef struct tfd_cuda_capture tfd_cuda_capture;
+
 /* A logical stream's native state: one CUDA stream, the cuBLAS handle bound to it, its cache. */
 typedef struct tfd_cuda_stream {
     cudaStream_t stream;
@@ -70,6 +73,13 @@ typedef struct tfd_cuda_stream {
     tfd_cuda_heap *heap;          /* the device's list of streams, NULL until attached */
     struct tfd_cuda_stream *heap_prev, *heap_next;
     tfd_cuda_cache cache;
+    /*
+     * Set only on the backend's capture stream while it captures a graph
+     * (cuda-graph.c), and only by the capturing thread: scratch then comes
+     * from and stays with that capture instead of this cache, and FFTs use
+     * the capture's private plans.
+     */
+    tfd_cuda_capture *capture;
 } tfd_cuda_stream;
 
 /* Every stream of one device, pooled or in use, so trim and an out-of-memory retry reach them. */
@@ -77,6 +87,20 @@ struct tfd_cuda_heap {
     pthread_mutex_t lock; /* taken before a stream's cache lock, never after */
     tfd_cuda_stream *streams;
 };
+
+/*
+ * Creates a stream (cuda-backend.c): a non-blocking CUDA stream of CUDA
+ * priority `prio`, a cuBLAS handle bound to it in full-precision math mode,
+ * and its block cache attached to the device's list.
+ */
+tf_status tfd_cuda_stream_new(tfd_cuda_heap *heap, int prio, tfd_cuda_stream **out, char *msg,
+                              size_t msg_len);
+
+/*
+ * Destroys a stream for good, its cached memory first; cublasDestroy
+ * synchronizes the device. Without a usable device only host state is freed.
+ */
+void tfd_cuda_stream_delete(tfd_cuda_stream *s, int device_ok);
 
 /*
  * Batched row-major matrix product through the stream's cuBLAS handle
