@@ -9,6 +9,13 @@
 #include "daemon/server.h"
 
 void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
+    /* Sequence number 0 marks the daemon's last word: no request may carry it. */
+    if (frame->seq == 0) {
+        tf__frame_free(frame);
+        tfd_conn_fail(c, "a request carries sequence number 0, which is reserved for the "
+                         "daemon's last word: number requests from 1");
+        return;
+    }
     if (!c->hello_done && frame->body_case != TENFERRO__FRAME__BODY_HELLO) {
         tf__frame_free(frame);
         tfd_conn_fail(c, "the first frame must be Hello");
@@ -53,6 +60,9 @@ void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
         return;
     case TENFERRO__FRAME__BODY_PREPARED_FREE:
         tfd_handle_prepared_free(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_TENSOR_INFO:
+        tfd_handle_tensor_info(c, frame);
         return;
     case TENFERRO__FRAME__BODY_TRANSFER:
         tfd_handle_transfer(c, frame);

@@ -29,5 +29,6 @@ void tfd_handle_transfer_release(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_mailbox_doorbell(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_prepare(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_prepared_free(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_tensor_info(tfd_conn *c, Tenferro__Frame *frame);
 
 #endif

@@ -13,6 +13,7 @@
 #   lib/libtenferro-client.so.0 (+ .so) only when the build made it (not with STATIC_DEPS=1)
 #   lib/libtenferro-client.a
 #   include/tenferro/*.h                the public headers (include/tenferro/ holds only those)
+#   share/tenferro/tenferro.proto       the wire format (docs/protocol.md)
 #   lib/pkgconfig/tenferro-client.pc
 #   lib/systemd/system/tenferrod@.service   with @BINDIR@ replaced
 #   lib/sysusers.d/tenferro.conf, lib/tmpfiles.d/tenferro.conf
@@ -64,6 +65,8 @@ fi
 for h in include/tenferro/*.h; do
     install -D -m 0644 "$h" "$root$includedir/tenferro/$(basename "$h")"
 done
+# The wire contract, for clients in other languages (docs/protocol.md).
+install -D -m 0644 proto/tenferro.proto "$root$PREFIX/share/tenferro/tenferro.proto"
 
 # pkg-config: the version comes from the public version header. With only the
 # static library installed, protobuf-c is a plain requirement (every link needs

@@ -101,7 +101,8 @@ fi
 $MAKE --no-print-directory -s install BUILD="$BUILD" DESTDIR="$root" PREFIX=/usr >"$tmp/install.log" 2>&1 ||
     fail "make install DESTDIR=$root PREFIX=/usr"
 for f in usr/bin/tenferrod usr/bin/tenferroctl usr/lib/libtenferro-client.a \
-    usr/include/tenferro/tenferro.h usr/lib/pkgconfig/tenferro-client.pc \
+    usr/include/tenferro/tenferro.h usr/include/tenferro/wire.h usr/share/tenferro/tenferro.proto \
+    usr/lib/pkgconfig/tenferro-client.pc \
     usr/lib/systemd/system/tenferrod@.service usr/lib/sysusers.d/tenferro.conf \
     usr/lib/tmpfiles.d/tenferro.conf etc/tenferro/tenferrod.conf.example etc/tenferro/tenferrod.conf; do
     [ -f "$root/$f" ] || fail "make install did not install /$f"

@@ -434,6 +434,27 @@ START_TEST(test_status_names) {
 END_TEST
 
 /* Operation kinds travel on the wire unchanged: every TF__OP_* equals the proto's OpKind number. */
+/* The .proto's Status and DType list every C status and dtype, by the same numbers. */
+START_TEST(test_status_and_dtype_enums_match_proto) {
+    int n = 0;
+#define COUNT_(name, num, msg) n++;
+    TF_STATUS_MAP(COUNT_)
+#undef COUNT_
+    ck_assert_uint_eq(tenferro__status__descriptor.n_values, (unsigned)n);
+    for (unsigned i = 0; i < tenferro__status__descriptor.n_values; i++) {
+        const ProtobufCEnumValue *v = &tenferro__status__descriptor.values[i];
+        ck_assert_str_eq(v->name, tf_status_name((tf_status)v->value));
+    }
+    ck_assert_uint_eq(tenferro__dtype__descriptor.n_values, 5);
+    static const char *const dtype_names[] = {"", "TF_F32", "TF_F64", "TF_C64", "TF_C128"};
+    for (int d = TF_F32; d <= TF_C128; d++) {
+        const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value(&tenferro__dtype__descriptor, d);
+        ck_assert_ptr_nonnull(v);
+        ck_assert_str_eq(v->name, dtype_names[d]);
+    }
+}
+END_TEST
+
 START_TEST(test_op_kinds_match_proto) {
 #define KIND(x) {TF__OP_##x, TENFERRO__OP_KIND__OP_##x}
     static const struct {
@@ -465,6 +486,7 @@ static Suite *frame_suite(void) {
     tcase_add_loop_test(tc, test_decode_garbage, 0, N_OF(garbage_cases));
     tcase_add_test(tc, test_status_names);
     tcase_add_test(tc, test_op_kinds_match_proto);
+    tcase_add_test(tc, test_status_and_dtype_enums_match_proto);
     suite_add_tcase(s, tc);
     return s;
 }
