@@ -129,7 +129,7 @@ DAEMON_LIBS := $(LIB_UV) $(LIB_INIH) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_FFTW) $(L
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test-*.c))
 INTEGRATION_TESTS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/test-*.c))
 TEST_HARNESS := $(call obj,tests/integration/harness.c)
-BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c bench/bench-raw.c,$(wildcard bench/*.c)))
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c bench/bench-raw.c bench/prepared-chain.c,$(wildcard bench/*.c)))
 # Every examples/*.c is a program but demo-common.c, the demo clients' shared helpers.
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(filter-out examples/demo-common.c,$(wildcard examples/*.c)))
 # GPU benchmarks (bench/gpu/, CUDA builds only); gpu-common.c is their shared helper, not a bench.
@@ -283,6 +283,14 @@ $(BUILD)/bench/bench-einsum: $(BUILD)/obj/bench/bench-einsum.o $(call obj,bench/
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
 
+# bench-prepared shares its chain with the GPU one (prepared-chain.c), reads the daemon's cache
+# counters through a raw StatusRequest (bench-raw.c) and runs the CPU kernels in-process as a floor.
+PREPARED_BENCH_OBJ := $(call obj,bench/prepared-chain.c bench/bench-raw.c)
+$(BUILD)/bench/bench-prepared: $(BUILD)/obj/bench/bench-prepared.o $(call obj,bench/bench-common.c) \
+                               $(PREPARED_BENCH_OBJ) $(CPU_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_FFTW) $(LIB_SYS)
+
 # GPU benchmarks: the client library plus CUDA and cuBLAS in-process as their baselines.
 # --as-needed keeps unused libraries (cuBLAS in bench-first-result, which dlopens it in its
 # CUDA child only, and OpenBLAS) out of a benchmark's start-up.
@@ -305,6 +313,13 @@ CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c $(FFT_BACKE
                       $(filter daemon/backend/cuda-% daemon/backend/contract-%,$(BACKEND_SRC))) $(CUDA_OBJ)
 $(BUILD)/bench/gpu/bench-gpu-chain: $(BUILD)/obj/bench/gpu/bench-gpu-chain.o $(GPU_BENCH_OBJ) \
                                     $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
+
+# The GPU bench-prepared: the CPU one's chain, and the daemon's CUDA kernels in-process as the
+# CUDA-graph baseline.
+$(BUILD)/bench/gpu/bench-prepared: $(BUILD)/obj/bench/gpu/bench-prepared.o $(GPU_BENCH_OBJ) \
+                                   $(PREPARED_BENCH_OBJ) $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 

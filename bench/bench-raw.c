@@ -264,6 +264,26 @@ void bench_raw_session_close(bench_raw *r) {
     }
 }
 
+void bench_raw_cache(bench_raw *r, const char *name, uint64_t *hits, uint64_t *misses) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__StatusRequest body = TENFERRO__STATUS_REQUEST__INIT;
+    f.body_case = TENFERRO__FRAME__BODY_STATUS_REQUEST;
+    f.status_request = &body;
+    Tenferro__Frame *reply = recv_reply(r, send_frame(r, &f));
+    if (reply->body_case != TENFERRO__FRAME__BODY_STATUS_REPLY)
+        bench_die(r->bench, "StatusRequest: unexpected reply of body %d", (int)reply->body_case);
+    const Tenferro__StatusReply *s = reply->status_reply;
+    if (s->result && s->result->status != TF_OK)
+        bench_die(r->bench, "StatusRequest: %s: %s", tf_status_name((tf_status)s->result->status),
+                  s->result->message ? s->result->message : "");
+    size_t i = 0;
+    while (i < s->n_caches && strcmp(s->caches[i]->name ? s->caches[i]->name : "", name) != 0) i++;
+    if (i == s->n_caches) bench_die(r->bench, "the daemon's status lists no cache \"%s\"", name);
+    *hits = s->caches[i]->hits;
+    *misses = s->caches[i]->misses;
+    tf__frame_free(reply);
+}
+
 void bench_raw_close(bench_raw *r) {
     bench_raw_session_close(r);
     close(r->fd);

@@ -1,5 +1,6 @@
 /*
- * A raw-frame client for the contraction benchmarks (bench-raw.c).
+ * A raw-frame client for the contraction benchmarks (bench-raw.c), and for
+ * the status counters the prepared-graph benchmarks check their cache hits by.
  *
  * This tree's client library cannot queue OP_CONTRACT yet (tf_view_einsum
  * comes with the client-side einsum), so the einsum benchmarks speak the
@@ -58,6 +59,13 @@ void bench_raw_free(bench_raw *r, uint64_t id);
 
 /* Closes the held session (SUBMIT_CLOSE); nothing happens without one. */
 void bench_raw_session_close(bench_raw *r);
+
+/*
+ * The counters of the daemon-wide cache `name` ("prepared_graphs", ...) from
+ * a StatusRequest, as tenferroctl status lists them; ends the benchmark when
+ * the daemon does not list that cache.
+ */
+void bench_raw_cache(bench_raw *r, const char *name, uint64_t *hits, uint64_t *misses);
 
 /* Closes the held session (if any) and the connection. */
 void bench_raw_close(bench_raw *r);
