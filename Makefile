@@ -149,7 +149,7 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile test-demo test-abi demo bench install clean build-commit \
+.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile test-demo test-abi test-api-doc demo bench install clean build-commit \
         fuzz fuzz-check fuzz-build fuzz-targets fuzz-corpus
 all: $(TARGETS) build-commit
 
@@ -459,7 +459,11 @@ test-abi: $(BUILD)/tenferrod $(if $(filter 1,$(STATIC_DEPS)),,$(BUILD)/libtenfer
 	@echo "== tests/abi/test-abi.sh $(BUILD)"
 	@CC="$(CC) $(SANFLAGS)" tests/abi/test-abi.sh $(BUILD)
 
-test: test-unit test-integration test-load test-install test-hostile test-demo test-abi
+# docs/api.md is generated from the headers; it must be current.
+test-api-doc:
+	@scripts/gen-api-doc.sh --check
+
+test: test-unit test-integration test-load test-install test-hostile test-demo test-abi test-api-doc
 
 # ThreadSanitizer: the daemon, the client library and every suite built with -fsanitize=thread
 # (BUILD=build-tsan, CUDA=0), then the unit, integration and bounded load suites run against the
