@@ -10,6 +10,7 @@
  * so a prepared graph of one connection is never mistaken for another's.
  */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -265,6 +266,14 @@ tf_status tf_prepared_free(tf_client *c, tf_prepared p) {
     return st == TF_OK ? tf__ok(c) : st;
 }
 
+/* "f64 [64, 4096]" into buf, for refusals that must show what differs. */
+static void describe_meta(const tf__meta *m, char *buf, size_t len) {
+    size_t at = (size_t)snprintf(buf, len, "%s [", tf_dtype_name(m->dtype));
+    for (int i = 0; i < m->rank && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, i ? ", %lld" : "%lld", (long long)m->shape[i]);
+    if (at < len) snprintf(buf + at, len - at, "]");
+}
+
 /* Checks a run's tensors against the prepared graph's inputs, naming the first that differs. */
 static tf_status check_run(tf_view *v, const tf__prepared_rec *r, int n_inputs,
                            const tf_tensor *inputs, int n_outputs, const tf_tensor *outputs) {
@@ -281,12 +290,14 @@ static tf_status check_run(tf_view *v, const tf__prepared_rec *r, int n_inputs,
         const tf__meta *want = &r->meta[i];
         int same = h->meta.dtype == want->dtype && h->meta.rank == want->rank;
         for (int a = 0; same && a < want->rank; a++) same = h->meta.shape[a] == want->shape[a];
-        if (!same)
+        if (!same) {
+            char got_s[128], want_s[128];
+            describe_meta(&h->meta, got_s, sizeof got_s);
+            describe_meta(want, want_s, sizeof want_s);
             return tf__fail(c, h->meta.dtype != want->dtype ? TF_ERR_DTYPE : TF_ERR_SHAPE,
-                            "run_prepared input %d (tensor %llu): dtype %s rank %d, the graph was "
-                            "prepared for %s rank %d",
-                            i, (unsigned long long)inputs[i], tf_dtype_name(h->meta.dtype),
-                            h->meta.rank, tf_dtype_name(want->dtype), want->rank);
+                            "run_prepared input %d: the graph was prepared for %s, tensor %llu is %s",
+                            i, want_s, (unsigned long long)inputs[i], got_s);
+        }
     }
     return TF_OK;
 }

@@ -126,6 +126,12 @@ tf_status tf_zeros(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape,
 static int queue_names(const tf_client *c, tf_tensor t) {
     for (size_t i = 0; i < c->n_queued; i++) {
         const tf__queued_op *q = &c->queue[i];
+        /* A run of a prepared graph names its tensors in run_io (inputs, then outputs). */
+        if (q->kind == TF__OP_RUN_PREPARED) {
+            for (int k = 0; k < q->n_run_inputs + q->n_run_outputs; k++)
+                if (q->run_io[k] == t) return 1;
+            continue;
+        }
         if (q->output == t) return 1;
         for (int k = 0; k < q->n_inputs; k++)
             if (q->inputs[k] == t) return 1;

@@ -150,6 +150,19 @@ void tfd_handle_prepare(tfd_conn *c, Tenferro__Frame *frame) {
         reply_prepare(c, seq, st, failed_node, msg);
         return;
     }
+    /*
+     * A graph that cannot fit the device_bytes quota is refused before
+     * anything is built or taken: the least its instance can hold must fit.
+     * adopt checks the instance actually made.
+     */
+    if (srv->opt.client_quota.device_bytes || srv->opt.uid_quota.device_bytes) {
+        st = tfd_quota_check(c, tfd_prepared_least_bytes(plan), 0, 0, msg, sizeof msg);
+        if (st != TF_OK) {
+            tfd_graph_plan_free(plan);
+            reply_prepare(c, seq, st, -1, msg);
+            return;
+        }
+    }
     tfd_plan_entry *entry = tfd_prepared_take(&srv->prepared, plan);
     if (entry) {
         tfd_graph_plan_free(plan);

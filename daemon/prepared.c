@@ -184,6 +184,22 @@ static int lay_out(tfd_prepared_exec *x, int graph_mode) {
     return rc;
 }
 
+uint64_t tfd_prepared_least_bytes(const tfd_graph_plan *plan) {
+    tfd_prepared_exec x;
+    memset(&x, 0, sizeof x);
+    x.plan = (tfd_graph_plan *)plan; /* lay_out only reads it */
+    x.offset = calloc((size_t)plan->n_values, sizeof *x.offset);
+    x.direct = calloc((size_t)plan->n_values, sizeof *x.direct);
+    uint64_t bytes = 0;
+    if (x.offset && x.direct) {
+        const int rc = lay_out(&x, 0);
+        bytes = rc == 0 ? x.arena_bytes : 0;
+    }
+    free(x.offset);
+    free(x.direct);
+    return bytes;
+}
+
 /* The memory of value v in this run: its slot, its input tensor, or the output it is written to. */
 static void *value_ptr(const tfd_prepared_exec *x, int v, void *const *in, void *const *out) {
     if (x->offset[v] != NOT_IN_ARENA) return (char *)x->arena + x->offset[v];

@@ -65,6 +65,15 @@ tf_status tfd_prepared_build(tfd_prepared_cache *pc, tfd_graph_plan *plan, tfd_p
                              char *msg, size_t msg_len);
 
 /*
+ * The least device memory an instance of plan holds, whatever the backend
+ * does with it: its arena laid out to run the nodes one by one (a device
+ * graph keeps every value in it, and more). 0 when it cannot be worked out
+ * (no host memory; the build reports it). Any thread; allocates nothing on
+ * the device.
+ */
+uint64_t tfd_prepared_least_bytes(const tfd_graph_plan *plan);
+
+/*
  * Gives a taken instance back (idle, for the next equal prepare); the caller
  * guarantees every run of it has completed. Any thread.
  */

@@ -73,7 +73,9 @@ TF_EXTERN void tf_graph_free(tf_graph *g);
  * tf_client_failed_index), plans its memory and, on a GPU, captures it as a
  * device graph. A daemon that prepared an equal graph before (this process
  * or another) hands over its instance at once. The device memory it holds
- * counts against the client's device_bytes quota until tf_prepared_free.
+ * counts against the client's device_bytes quota until tf_prepared_free; a
+ * graph whose values cannot fit the quota is refused (TF_ERR_QUOTA) before
+ * anything is built for it.
  */
 TF_EXTERN tf_status tf_prepare(tf_client *c, const tf_graph *g, tf_prepared *out);
 
