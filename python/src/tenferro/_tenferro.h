@@ -37,6 +37,10 @@
 /* A new reference to any object pointer (the stable ABI's Py_NewRef takes PyObject * only). */
 #define TFP_REF(o) Py_NewRef((PyObject *)(o))
 
+/* A deallocation may run while an exception is being raised: it keeps that exception. */
+#define TFP_DEALLOC_BEGIN PyObject *err_t_, *err_v_, *err_tb_; PyErr_Fetch(&err_t_, &err_v_, &err_tb_)
+#define TFP_DEALLOC_END PyErr_Restore(err_t_, err_v_, err_tb_)
+
 typedef struct tfp_client tfp_client;
 typedef struct tfp_tensor tfp_tensor;
 typedef struct tfp_held tfp_held;

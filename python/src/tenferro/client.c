@@ -235,11 +235,13 @@ static PyObject *client_exit(tfp_client *self, PyObject *args) {
 }
 
 static void client_dealloc(tfp_client *self) {
+    TFP_DEALLOC_BEGIN;
     close_impl(self);
     Py_XDECREF((PyObject *)self->device);
     Py_XDECREF((PyObject *)self->socket);
     free(self->deferred);
     if (self->lock) PyThread_free_lock(self->lock);
+    TFP_DEALLOC_END;
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
     freefunc f = PyType_GetSlot(tp, Py_tp_free);
     f(self);

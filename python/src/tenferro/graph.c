@@ -141,9 +141,11 @@ static PyObject *graph_nodes(tfp_graph *self, void *c) {
 }
 
 static void graph_dealloc(tfp_graph *self) {
+    TFP_DEALLOC_BEGIN;
     /* Symbolic tensors hold a reference to their graph, so none is left here. */
     tf_graph_free(self->g);
     Py_XDECREF((PyObject *)self->client);
+    TFP_DEALLOC_END;
     tp_free_self((PyObject *)self);
 }
 
@@ -251,12 +253,14 @@ static PyObject *prepared_repr(tfp_prepared *self) {
 }
 
 static void prepared_dealloc(tfp_prepared *self) {
+    TFP_DEALLOC_BEGIN;
     if (self->p && self->client->c && PyThread_acquire_lock(self->client->lock, NOWAIT_LOCK)) {
         tf_prepared_free(self->client->c, self->p);
         PyThread_release_lock(self->client->lock);
     }
     if (self->p) unlink_prepared(self);
     Py_XDECREF((PyObject *)self->client);
+    TFP_DEALLOC_END;
     tp_free_self((PyObject *)self);
 }
 

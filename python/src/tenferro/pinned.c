@@ -75,6 +75,7 @@ static void dl_deleter(DLManagedTensor *m) { dlpack_done((dlpack_export *)m); }
 static void dl_deleter_v(DLManagedTensorVersioned *m) { dlpack_done((dlpack_export *)m); }
 
 static void capsule_destructor(PyObject *cap) {
+    TFP_DEALLOC_BEGIN;
     /* A capsule nobody consumed still owns its tensor. */
     if (PyCapsule_IsValid(cap, "dltensor")) {
         DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
@@ -84,6 +85,7 @@ static void capsule_destructor(PyObject *cap) {
         if (m && m->deleter) m->deleter(m);
     }
     PyErr_Clear();
+    TFP_DEALLOC_END;
 }
 
 /* ---- buffers ---- */
@@ -214,6 +216,7 @@ static PyObject *pinned_free(tfp_pinned *self, PyObject *u) {
 }
 
 static void pinned_dealloc(tfp_pinned *self) {
+    TFP_DEALLOC_BEGIN;
     if (self->buf && self->client->c && PyThread_acquire_lock(self->client->lock, NOWAIT_LOCK)) {
         tf_pinned_buffer_free(self->buf);
         PyThread_release_lock(self->client->lock);
@@ -222,6 +225,7 @@ static void pinned_dealloc(tfp_pinned *self) {
     if (self->client) unlink_buffer(self);
     if (self->own_map && self->map) munmap(self->map, self->map_bytes);
     Py_XDECREF((PyObject *)self->client);
+    TFP_DEALLOC_END;
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
     freefunc f = PyType_GetSlot(tp, Py_tp_free);
     f(self);
@@ -648,6 +652,7 @@ static PyObject *pending_release(tfp_pending *self, PyObject *u) {
 }
 
 static void pending_dealloc(tfp_pending *self) {
+    TFP_DEALLOC_BEGIN;
     /* Nobody can wait for it any more: wait now, so its tensor and buffer come back usable. */
     if (!self->finished && self->p && self->client->c && tfp_lock(self->client) == 0) {
         if (!self->finished) wait_locked(self);
@@ -662,6 +667,7 @@ static void pending_dealloc(tfp_pending *self) {
     Py_XDECREF((PyObject *)self->tensor);
     Py_XDECREF((PyObject *)self->buffer);
     Py_XDECREF((PyObject *)self->client);
+    TFP_DEALLOC_END;
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
     freefunc f = PyType_GetSlot(tp, Py_tp_free);
     f(self);

@@ -234,12 +234,14 @@ static PyObject *held_repr(tfp_held *self) {
 }
 
 static void held_dealloc(tfp_held *self) {
+    TFP_DEALLOC_BEGIN;
     if (self->state == 1 && self->client->c) {
         PyObject *r = held_release(self, NULL);
         Py_XDECREF(r);
         PyErr_Clear();
     }
     Py_XDECREF((PyObject *)self->client);
+    TFP_DEALLOC_END;
     call_tp_free((PyObject *)self);
 }
 
@@ -380,13 +382,14 @@ static PyObject *scoped_exit(tfp_scoped *self, PyObject *args) {
 }
 
 static void scoped_dealloc(tfp_scoped *self) {
+    TFP_DEALLOC_BEGIN;
     if (self->state == 1 && self->client->c && tfp_lock(self->client) == 0) {
         tfp_scoped_finish(self);
         tfp_unlock(self->client);
     }
-    PyErr_Clear();
     scoped_free_stack(self);
     Py_XDECREF((PyObject *)self->client);
+    TFP_DEALLOC_END;
     call_tp_free((PyObject *)self);
 }
 

@@ -37,9 +37,11 @@ PyObject *tfp_tensor_wrap(tfp_client *c, tfp_graph *g, tf_tensor id) {
 }
 
 static void tensor_dealloc(tfp_tensor *self) {
+    TFP_DEALLOC_BEGIN;
     if (self->id && !self->graph && self->client) tfp_free_later(self->client, self->id);
     Py_XDECREF((PyObject *)self->client);
     Py_XDECREF((PyObject *)self->graph);
+    TFP_DEALLOC_END;
     PyTypeObject *tp = Py_TYPE((PyObject *)self);
     freefunc f = PyType_GetSlot(tp, Py_tp_free);
     f(self);
