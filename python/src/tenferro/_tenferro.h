@@ -55,6 +55,8 @@ struct tfp_client {
     PyObject_HEAD
     tf_client *c;             /* NULL once closed */
     PyThread_type_lock lock;  /* serializes every library call on c */
+    unsigned long owner;      /* the thread holding lock (0: none) and how deeply; both only */
+    int depth;                /* read and written with the GIL held */
     tfp_held *held;           /* the open held session (borrowed; it holds a reference to us) */
     tfp_scoped *scoped;       /* the active scoped session (borrowed, likewise) */
     int cuda;                 /* the daemon's device is a GPU */

@@ -15,29 +15,11 @@ PyTypeObject *tfp_ClientType;
 static tfp_client *open_clients;
 static int n_open_clients;
 
-/* The thread that holds a client's lock and how deeply (the GIL serializes both fields). */
-typedef struct lock_owner {
-    tfp_client *client;
-    unsigned long thread;
-    int depth;
-} lock_owner;
-
-/* A few clients locked at once by the threads of the process (GIL-protected). */
-#define MAX_OWNERS 64
-static lock_owner owners[MAX_OWNERS];
-
-static lock_owner *owner_of(tfp_client *c) {
-    for (int i = 0; i < MAX_OWNERS; i++)
-        if (owners[i].client == c) return &owners[i];
-    return NULL;
-}
-
 /* Takes the lock (GIL held on entry and exit); recursive for the thread that holds it. */
 static void lock_raw(tfp_client *c) {
     unsigned long me = PyThread_get_thread_ident();
-    lock_owner *o = owner_of(c);
-    if (o && o->thread == me) {
-        o->depth++;
+    if (c->depth > 0 && c->owner == me) {
+        c->depth++;
         return;
     }
     if (!PyThread_acquire_lock(c->lock, NOWAIT_LOCK)) {
@@ -45,18 +27,13 @@ static void lock_raw(tfp_client *c) {
         PyThread_acquire_lock(c->lock, WAIT_LOCK);
         Py_END_ALLOW_THREADS
     }
-    for (int i = 0; i < MAX_OWNERS; i++)
-        if (!owners[i].client) {
-            owners[i] = (lock_owner){c, me, 1};
-            return;
-        }
-    /* More than MAX_OWNERS clients locked at once: not tracked, so not recursive. */
+    c->owner = me;
+    c->depth = 1;
 }
 
 void tfp_unlock(tfp_client *c) {
-    lock_owner *o = owner_of(c);
-    if (o && --o->depth > 0) return;
-    if (o) o->client = NULL;
+    if (--c->depth > 0) return;
+    c->owner = 0;
     PyThread_release_lock(c->lock);
 }
 
@@ -71,8 +48,7 @@ int tfp_lock(tfp_client *c) {
         tfp_raise_closed();
         return -1;
     }
-    lock_owner *o = owner_of(c);
-    if (c->n_deferred && (!o || o->depth == 1)) tfp_drain_deferred(c);
+    if (c->n_deferred && c->depth == 1) tfp_drain_deferred(c);
     return 0;
 }
 
@@ -85,9 +61,7 @@ void tfp_drain_deferred(tfp_client *c) {
 
 void tfp_free_later(tfp_client *c, tf_tensor t) {
     if (!c->c || !t) return;
-    unsigned long me = PyThread_get_thread_ident();
-    lock_owner *o = owner_of(c);
-    if (!o || o->thread != me) {
+    if (c->depth == 0) {
         if (PyThread_acquire_lock(c->lock, NOWAIT_LOCK)) {
             tf_tensor_free(c->c, t); /* errors are moot: the handle is gone either way */
             PyThread_release_lock(c->lock);
