@@ -89,6 +89,8 @@ def daemon(*extra: str):
         rc = d.stop()
         if rc not in (0, -9):
             raise AssertionError(f"tenferrod exited with {rc}: " + open(d.log_path).read())
+        with contextlib.suppress(OSError):
+            os.unlink(d.log_path)  # kept only when the daemon failed
 
 
 @pytest.fixture(scope="session")
