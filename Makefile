@@ -8,6 +8,8 @@
 #   make demo             start tenferrod on the best device, run the demo's clients at once
 #                         against it (a held stage, MPS sweeps, FFT solvers), print a table, stop
 #   make bench            benchmarks (CPU backend), BENCH lines on stdout
+#   make test-python      the Python package (python/) in a venv ($(BUILD)/pyenv), its pytest suite
+#                         against $(BUILD)/tenferrod (docs/python.md)
 #   make install          PREFIX=/usr/local DESTDIR=
 #   make fuzz             FUZZ_SECONDS=60: builds the libFuzzer targets (tests/fuzz/) into
 #                         $(BUILD)-fuzz and runs each that long from its corpus (docs/fuzzing.md)
@@ -149,7 +151,7 @@ endif
 # Keep intermediate objects (tests and benches are built through chained rules).
 .SECONDARY:
 
-.PHONY: all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile test-demo test-abi test-api-doc demo bench install clean build-commit \
+.PHONY: test-python python-package all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile test-demo test-abi test-api-doc demo bench install clean build-commit \
         fuzz fuzz-check fuzz-build fuzz-targets fuzz-corpus
 all: $(TARGETS) build-commit
 
@@ -334,6 +336,12 @@ $(BUILD)/bench/gpu/probe-layers: $(BUILD)/obj/bench/gpu/probe-layers.o $(GPU_BEN
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 endif
 
+# The C programs the Python benchmarks compare against (python/bench/*.c): not in $(BUILD)/bench,
+# which scripts/bench.sh runs as benchmarks of their own.
+$(BUILD)/pybench/%: $(call obj,python/bench/%.c) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_SYS)
+
 # ---- fuzz targets (FUZZ=1; tests/fuzz/, docs/fuzzing.md) ----
 FUZZ_NAMES := frame mailbox config einsum graph
 FUZZ_BINS := $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz-%)
@@ -465,6 +473,28 @@ test-api-doc:
 
 test: test-unit test-integration test-load test-install test-hostile test-demo test-abi test-api-doc
 
+# The Python package (python/, docs/python.md): a venv under $(BUILD)/pyenv with numpy, pytest and
+# `pip install ./python` built against this build's libtenferro-client.a, then its pytest suite
+# against $(BUILD)/tenferrod on a private socket. Not part of the sanitizer runs (an ASan library
+# inside a Python extension would need the runtime preloaded into the interpreter).
+PYTHON ?= python3
+PYENV := $(BUILD)/pyenv
+PY_SRC := $(wildcard python/src/tenferro/*.c python/src/tenferro/*.h python/src/tenferro/*.py \
+            python/src/tenferro/*.pyi) python/setup.py python/pyproject.toml
+$(PYENV)/.installed: $(PY_SRC) $(BUILD)/libtenferro-client.a
+	@test -x $(PYENV)/bin/python || $(PYTHON) -m venv $(PYENV)
+	@$(PYENV)/bin/python -m pip install -q --disable-pip-version-check numpy pytest setuptools wheel
+	@rm -rf python/build
+	TENFERRO_BUILD=$(abspath $(BUILD)) $(PYENV)/bin/python -m pip install -q --disable-pip-version-check \
+	  --no-build-isolation --force-reinstall --no-deps ./python
+	@touch $@
+
+python-package: $(PYENV)/.installed
+
+test-python: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(PYENV)/.installed
+	@echo "== python/tests (pytest, $(PYENV))"
+	@cd python && TENFERRO_DAEMON=$(abspath $(BUILD))/tenferrod ../$(PYENV)/bin/python -m pytest -q -p no:cacheprovider tests
+
 # ThreadSanitizer: the daemon, the client library and every suite built with -fsanitize=thread
 # (BUILD=build-tsan, CUDA=0), then the unit, integration and bounded load suites run against the
 # TSan daemon (docs/testing.md). A report fails the run twice over: the process that saw the race
@@ -494,6 +524,7 @@ test-tsan: $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BUILD)/tenferrod $(BUILD)/tenfer
 check: deps
 	$(MAKE) all
 	$(MAKE) test
+	$(MAKE) test-python
 	$(MAKE) test-soak
 	$(MAKE) BUILD=build-san SANITIZE=1 CUDA=0 test
 	$(MAKE) check-tsan
@@ -506,6 +537,7 @@ demo: deps
 
 bench: deps
 	$(MAKE) all
+	$(MAKE) python-package $(BUILD)/pybench/first-result $(BUILD)/pybench/held-chain $(BUILD)/pybench/pinned-upload
 	scripts/bench.sh $(BUILD)
 
 install: all

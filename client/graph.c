@@ -54,6 +54,20 @@ tf_view *tf_graph_view(tf_graph *g) { return g ? &g->view : NULL; }
 
 int tf_graph_node_count(const tf_graph *g) { return g ? (int)g->n_nodes : 0; }
 
+tf_status tf_graph_tensor_info(const tf_graph *g, tf_tensor t, tf_dtype *dtype, int *rank,
+                               int64_t shape[TF_MAX_RANK]) {
+    if (!g) return TF_ERR_INVALID_ARGUMENT;
+    const tf__handle *h = tf__id_table_find(&g->handles, t);
+    if (!h)
+        return tf__fail(g->client, TF_ERR_UNKNOWN_HANDLE,
+                        "tensor %llu is not a value of this graph (an input or a recorded result)",
+                        (unsigned long long)t);
+    if (dtype) *dtype = h->meta.dtype;
+    if (rank) *rank = h->meta.rank;
+    if (shape) memcpy(shape, h->meta.shape, sizeof(int64_t) * TF_MAX_RANK);
+    return TF_OK;
+}
+
 tf__queued_op *tf__graph_slot(tf_graph *g) {
     if (g->n_nodes == g->cap) {
         size_t cap = g->cap ? g->cap * 2 : 64;

@@ -3,7 +3,9 @@
 #
 #   scripts/bench.sh <build-dir> [bench-name ...]
 #
-# With names, only those benchmarks run (make check runs bench-hostile this way).
+# With names, only those benchmarks run (make check runs bench-hostile this way); the name
+# `python` selects the Python package's benchmarks (python/bench/run_bench.py), which run after
+# the C ones when $build/pyenv exists.
 # Starts <build-dir>/tenferrod --device cpu on a socket under /tmp, waits until
 # it answers `tenferroctl status`, runs each <build-dir>/bench/* binary with the
 # socket path as its argument, then stops the daemon with SIGTERM and checks
@@ -62,6 +64,20 @@ for b in "$build"/bench/*; do
         failed=1
     fi
 done
+
+# The Python package's benchmarks (python/bench/run_bench.py, docs/benchmarks.md "Python"),
+# when the package is installed in $build/pyenv (make python-package) and no names were given.
+if [ "$only" = "  " ] || [[ "$only" == *" python "* ]]; then
+    if [ -x "$build/pyenv/bin/python" ] && [ -x "$build/pybench/held-chain" ]; then
+        echo "# running python/bench/run_bench.py"
+        if ! "$build/pyenv/bin/python" python/bench/run_bench.py "$socket" "$build"; then
+            echo "bench.sh: python/bench/run_bench.py FAILED" >&2
+            failed=1
+        fi
+    else
+        echo "# python benchmarks skipped: no $build/pyenv or $build/pybench (make python-package and the pybench programs; make bench builds them)"
+    fi
+fi
 
 kill -TERM "$pid"
 wait "$pid"

@@ -4,10 +4,12 @@
 set -eu
 
 # clang and libclang-rt-dev (libFuzzer, ASan, UBSan) and dpkg-dev (dpkg-source, which unpacks
-# protobuf-c's source package for the instrumented runtime) are for the fuzz targets.
+# protobuf-c's source package for the instrumented runtime) are for the fuzz targets;
+# python3-dev and python3-venv for the Python package (make test-python: numpy and pytest come
+# from PyPI into a venv).
 PACKAGES="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler check \
 libsubunit-dev libinih-dev libsystemd-dev libopenblas-dev libfftw3-dev systemd \
-clang libclang-rt-dev dpkg-dev"
+clang libclang-rt-dev dpkg-dev python3-dev python3-venv"
 
 missing=""
 for p in $PACKAGES; do

@@ -65,6 +65,13 @@ TF_EXTERN tf_status tf_graph_output(tf_graph *g, tf_tensor t);
 /* Nodes recorded so far. */
 TF_EXTERN int tf_graph_node_count(const tf_graph *g);
 
+/*
+ * Metadata of a value of g (an input or a recorded result): dtype, rank and
+ * shape (shape may be NULL). TF_ERR_UNKNOWN_HANDLE for anything else.
+ */
+TF_EXTERN tf_status tf_graph_tensor_info(const tf_graph *g, tf_tensor t, tf_dtype *dtype,
+                                         int *rank, int64_t shape[TF_MAX_RANK]);
+
 /* Frees the recording (a prepared graph made from it stays). NULL is ignored. */
 TF_EXTERN void tf_graph_free(tf_graph *g);
 
