@@ -55,7 +55,8 @@
  *    inside a capture with cudaMallocAsync (memory nodes, made anew by every
  *    capture); the cuBLAS documentation (CUDA Graphs support) advises a
  *    user-owned workspace through cublasSetWorkspace. A graph with a GEMM
- *    gets a keep-list block of the size cuBLAS recommends for Hopper, set on
+ *    gets a keep-list block (of the size cuBLAS recommends for Hopper when one
+ *    of its GEMMs is large, else a small one: BLAS_WORKSPACE_SMALL), set on
  *    the capture stream's handle for the capture; cublasSetStream afterwards
  *    gives the handle its default workspace back. Coefficients are host
  *    values (CUBLAS_POINTER_MODE_HOST), captured by value.
@@ -82,6 +83,7 @@
  * next capture.
  */
 #include <pthread.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,8 +99,16 @@
 #include "daemon/backend/cuda-internal.h"
 #include "daemon/log.h"
 
-/* The cuBLAS workspace of a graph with a GEMM: cuBLAS's recommendation for Hopper (sm_90). */
+/*
+ * The cuBLAS workspace of a graph with a GEMM: cuBLAS's recommendation for
+ * Hopper (sm_90) when a GEMM is large enough to gain from it, else a small
+ * one (cuBLAS then picks an algorithm that fits), so a graph of small
+ * products does not hold 32 MiB of a client's device_bytes quota.
+ */
 #define BLAS_WORKSPACE ((size_t)32 << 20)
+#define BLAS_WORKSPACE_SMALL ((size_t)256 << 10)
+/* Multiply-adds of one GEMM (m n k over the batch) from which the large workspace is taken. */
+#define BLAS_LARGE_WORK ((double)(1u << 24))
 
 /* One block of a graph's keep-list. */
 typedef struct keep_block {
@@ -269,6 +279,15 @@ static int uses_blas(const tfd_op *op) {
     return op->kind == TF__OP_MATMUL || (op->kind == TF__OP_CONTRACT && op->n_inputs == 2);
 }
 
+/*
+ * The multiply-adds of a GEMM-backed op: for C = A B of batch b,
+ * |A| |B| |C| = (b m k)(b k n)(b m n), so sqrt of the product of the three
+ * sizes is b m n k up to the batch (exact without one).
+ */
+static double gemm_work(const tfd_op *op) {
+    return sqrt((double)op->in[0].numel * (double)op->in[1].numel * (double)op->out.numel);
+}
+
 /* Bytes of the graph's memory allocation nodes (reductions' partial results), 0 when none. */
 static uint64_t allocation_node_bytes(cudaGraph_t cg) {
     size_t n = 0;
@@ -348,17 +367,22 @@ static tf_status capture_locked(tfd_cuda_graphs *g, tfd_backend *be, const tfd_o
     tfd_cuda_stream *s = g->stream;
     char why[384] = "";
     int blas = 0;
+    double largest = 0;
     for (int i = 0; i < n_ops; i++) {
-        blas |= uses_blas(&ops[i]);
+        if (uses_blas(&ops[i])) {
+            blas = 1;
+            if (gemm_work(&ops[i]) > largest) largest = gemm_work(&ops[i]);
+        }
         if (ops[i].kind != TF__OP_FFT) continue;
         st = tfd_cuda_fft_prepare(&ops[i], &gr->owned, why, sizeof why);
         if (st != TF_OK) return node_failed(i, &ops[i], st, why, msg, msg_len);
     }
     if (blas) {
         void *ws = NULL;
-        st = tfd_cuda_capture_alloc(&gr->owned, BLAS_WORKSPACE, &ws, msg, msg_len);
+        const size_t ws_bytes = largest >= BLAS_LARGE_WORK ? BLAS_WORKSPACE : BLAS_WORKSPACE_SMALL;
+        st = tfd_cuda_capture_alloc(&gr->owned, ws_bytes, &ws, msg, msg_len);
         if (st != TF_OK) return st;
-        TFD_CUBLAS_CHECK_RET(cublasSetWorkspace(s->blas, ws, BLAS_WORKSPACE), msg, msg_len);
+        TFD_CUBLAS_CHECK_RET(cublasSetWorkspace(s->blas, ws, ws_bytes), msg, msg_len);
     }
 
     cudaGraph_t cg = NULL;
