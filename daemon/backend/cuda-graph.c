@@ -106,7 +106,7 @@
  * products does not hold 32 MiB of a client's device_bytes quota.
  */
 #define BLAS_WORKSPACE ((size_t)32 << 20)
-#define BLAS_WORKSPACE_SMALL ((size_t)256 << 10)
+#define BLAS_WORKSPACE_SMALL ((size_t)64 << 10)
 /* Multiply-adds of one GEMM (m n k over the batch) from which the large workspace is taken. */
 #define BLAS_LARGE_WORK ((double)(1u << 24))
 

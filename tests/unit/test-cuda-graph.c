@@ -897,7 +897,8 @@ START_TEST(test_destroy_frees_memory) {
     uint64_t bytes = 0;
     graph = capture(&mx->g, &bytes);
     const size_t held = device_free_bytes();
-    ck_assert_msg(bytes >= 16 * MIB, "the graph reports %llu bytes (a cuBLAS workspace at least)",
+    /* Its GEMMs are small: the small cuBLAS workspace (64 KiB, cuda-graph.c) at least. */
+    ck_assert_msg(bytes >= 64 * 1024, "the graph reports %llu bytes (a cuBLAS workspace at least)",
                   (unsigned long long)bytes);
     ck_assert_msg(before >= held && before - held + 2 * MIB >= bytes,
                   "the graph reports %llu bytes, the device lost %lld", (unsigned long long)bytes,
