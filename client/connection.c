@@ -306,17 +306,53 @@ tf_status tf__check_connection(tf_client *c) {
     return broken(c, "the daemon sent a frame nobody asked for");
 }
 
-/* Picks the socket: the argument, $TENFERRO_SOCKET, or the first default that exists. */
-static const char *resolve_path(const char *path) {
+/* Where a client looks for its daemon when neither the caller nor $TENFERRO_SOCKET names one. */
+static const char *const default_paths[] = {"/run/tenferro/tenferrod-0.sock",
+                                            "/run/tenferro/tenferrod-cpu.sock"};
+enum { DEFAULT_PATHS = sizeof default_paths / sizeof *default_paths };
+
+/* Where the socket path came from, for the message when the connection fails. */
+typedef enum path_source {
+    PATH_ARGUMENT,    /* the caller's */
+    PATH_ENVIRONMENT, /* $TENFERRO_SOCKET */
+    PATH_DEFAULT,     /* a default that exists */
+    PATH_NO_DEFAULT   /* none given, no default exists */
+} path_source;
+
+/*
+ * Picks the socket: the argument, $TENFERRO_SOCKET, or the first default that
+ * exists; when none exists it returns the last default and says so in *source,
+ * so the error can name every place that was looked at.
+ */
+static const char *resolve_path(const char *path, path_source *source) {
+    *source = PATH_ARGUMENT;
     if (path && path[0]) return path;
+    *source = PATH_ENVIRONMENT;
     const char *env = getenv("TENFERRO_SOCKET");
     if (env && env[0]) return env;
-    static const char *const defaults[] = {"/run/tenferro/tenferrod-0.sock",
-                                           "/run/tenferro/tenferrod-cpu.sock"};
+    *source = PATH_DEFAULT;
     struct stat st;
-    for (size_t i = 0; i < sizeof defaults / sizeof *defaults; i++)
-        if (stat(defaults[i], &st) == 0) return defaults[i];
-    return defaults[1];
+    for (size_t i = 0; i < DEFAULT_PATHS; i++)
+        if (stat(default_paths[i], &st) == 0) return default_paths[i];
+    *source = PATH_NO_DEFAULT;
+    return default_paths[DEFAULT_PATHS - 1];
+}
+
+/* The connect failure, worded for where the path came from (each says what to do). */
+static tf_status connect_failed(tf_client *c, const char *path, path_source source, int err) {
+    c->broken = 1;
+    if (source == PATH_NO_DEFAULT && err == ENOENT)
+        return tf__fail(c, TF_ERR_DISCONNECTED,
+                        "cannot connect to tenferrod: TENFERRO_SOCKET is not set and no daemon "
+                        "socket exists at the default paths %s or %s (is tenferrod running on "
+                        "this machine? set TENFERRO_SOCKET to its socket; in a batch job, ask "
+                        "the scheduler for a tenferrod share: docs/cluster.md)",
+                        default_paths[0], default_paths[1]);
+    return tf__fail(c, TF_ERR_DISCONNECTED,
+                    "cannot connect to tenferrod at %s%s: %s (is the daemon running? %s)", path,
+                    source == PATH_ENVIRONMENT ? " (from TENFERRO_SOCKET)" : "", strerror(err),
+                    source == PATH_ENVIRONMENT ? "check TENFERRO_SOCKET names its socket"
+                                               : "set TENFERRO_SOCKET to its socket");
 }
 
 /* Sends Hello and checks the daemon's answer. */
@@ -372,7 +408,8 @@ tf_status tf_connect(const char *socket_path, tf_client **out) {
     c->view.client = c;
     tf__id_table_init(&c->handles, sizeof(tf__handle));
     tf__id_table_init(&c->prepared, sizeof(tf__prepared_rec));
-    const char *path = resolve_path(socket_path);
+    path_source source;
+    const char *path = resolve_path(socket_path, &source);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     tf_status st = TF_OK;
     if (strlen(path) >= sizeof addr.sun_path) {
@@ -380,13 +417,8 @@ tf_status tf_connect(const char *socket_path, tf_client **out) {
     } else {
         snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
         c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
-            c->broken = 1;
-            st = tf__fail(c, TF_ERR_DISCONNECTED,
-                          "cannot connect to tenferrod at %s: %s (is the daemon running? set "
-                          "TENFERRO_SOCKET to its socket)",
-                          path, strerror(errno));
-        }
+        if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, sizeof addr) != 0)
+            st = connect_failed(c, path, source, errno);
     }
     if (st == TF_OK) st = handshake(c);
     *out = c; /* even on failure, so tf_client_last_error can say why; free with tf_disconnect */

@@ -27,8 +27,10 @@ typedef struct tf_client tf_client;
  * Connects to the tenferrod listening on `socket_path` and performs the
  * handshake. A NULL path means $TENFERRO_SOCKET, else the first of
  * /run/tenferro/tenferrod-0.sock and /run/tenferro/tenferrod-cpu.sock that
- * exists. The client's name (shown by tenferroctl status) is
- * $TENFERRO_CLIENT_NAME, else the program's name.
+ * exists (a job scheduler's per-task hook sets $TENFERRO_SOCKET: docs/cluster.md).
+ * When none exists, the failure's message names $TENFERRO_SOCKET and both paths.
+ * The client's name (shown by tenferroctl status) is $TENFERRO_CLIENT_NAME, else
+ * the program's name.
  */
 TF_EXTERN tf_status tf_connect(const char *socket_path, tf_client **client);
 
