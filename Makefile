@@ -1,8 +1,10 @@
 # tenferrod: one non-recursive Makefile.
 #
 #   make                  daemon, client library (.so/.a), tenferroctl, tests, benchmarks
-#   make check            install missing dependencies, run every suite and a short soak, then the
-#                         suites again under ASan/UBSan and under ThreadSanitizer (docs/testing.md)
+#   make check            install missing dependencies, run every suite, the shell lint, the Kubernetes
+#                         manifests' check, the Slurm test and a short soak, then the suites again
+#                         under ASan/UBSan and under ThreadSanitizer (docs/testing.md)
+#   make test-slurm       a private single-node Slurm with tenferrod shares (docs/cluster.md)
 #   make check-tsan       the unit, integration and load suites under ThreadSanitizer
 #   make soak             the soak: SOAK_SECONDS=N (600) of load with a leak check (docs/soak.md)
 #   make demo             start tenferrod on the best device, run the demo's clients at once
@@ -140,7 +142,7 @@ GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,$(filter-out bench/
 
 TARGETS := $(BUILD)/tenferrod $(BUILD)/libtenferro-client.a $(BUILD)/tenferroctl \
            $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BENCHES) $(EXAMPLES) $(BUILD)/tests/load \
-           $(BUILD)/tests/tenferrod-failalloc
+           $(BUILD)/tests/tenferrod-failalloc $(BUILD)/tests/slurm-client
 ifneq ($(STATIC_DEPS),1)
   TARGETS += $(BUILD)/libtenferro-client.so
 endif
@@ -152,6 +154,7 @@ endif
 .SECONDARY:
 
 .PHONY: test-python python-package all deps check check-tsan test test-tsan test-unit test-integration test-load load soak test-soak test-install test-hostile test-demo test-abi test-api-doc demo bench install clean build-commit \
+        test-slurm test-lint test-kubernetes \
         fuzz fuzz-check fuzz-build fuzz-targets fuzz-corpus
 all: $(TARGETS) build-commit
 
@@ -255,6 +258,11 @@ $(BUILD)/tests/test-einsum-path: $(BUILD)/obj/tests/unit/test-einsum-path.o \
 $(BUILD)/tests/test-%: $(BUILD)/obj/tests/integration/test-%.o $(TEST_HARNESS) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_CHECK) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
+
+# The client the Slurm test's jobs run (tests/slurm/): the public API only, like a user's program.
+$(BUILD)/tests/slurm-client: $(call obj,tests/slurm/slurm-client.c) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_SYS)
 
 # The load test and soak (tests/load/) is a client too: the harness starts its daemon.
 LOAD_OBJ := $(call obj,$(wildcard tests/load/*.c))
@@ -495,6 +503,31 @@ test-python: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(PYENV)/.installed
 	@echo "== python/tests (pytest, $(PYENV))"
 	@cd python && TENFERRO_DAEMON=$(abspath $(BUILD))/tenferrod ../$(PYENV)/bin/python -m pytest -q -p no:cacheprovider tests
 
+# A real single-node Slurm (munged, slurmctld, slurmd from Debian's packages, a private
+# configuration under /tmp) with two daemons standing in for two GPUs: shares as gres/shard,
+# contrib/slurm/'s TaskProlog and Epilog, jobs that run a client (tests/slurm/test-slurm.sh,
+# docs/cluster.md). About 25 s once the packages are installed; needs root.
+test-slurm: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(BUILD)/tests/slurm-client
+	@scripts/install-deps.sh slurm
+	@echo "== tests/slurm/test-slurm.sh $(BUILD)"
+	@tests/slurm/test-slurm.sh $(BUILD)
+
+# Every shell script of the tree through shellcheck (scripts, tests, contrib, CI).
+SHELL_SCRIPTS := $(wildcard scripts/*.sh tests/*/*.sh contrib/*/*.sh) .ci/run \
+                 contrib/slurm/tenferro-task-prolog contrib/slurm/tenferro-epilog
+test-lint:
+	@scripts/install-deps.sh lint
+	@echo "== shellcheck ($(words $(SHELL_SCRIPTS)) scripts)"
+	@shellcheck $(SHELL_SCRIPTS)
+
+# contrib/kubernetes/: the manifests against the API schemas (kubernetes-validate from PyPI, in
+# a virtual environment under $(BUILD)), the kustomization, the DaemonSet's entry point run with
+# the real daemon (tests/kubernetes/test-manifests.sh).
+test-kubernetes: $(BUILD)/tenferrod $(BUILD)/tenferroctl
+	@scripts/install-deps.sh lint
+	@echo "== tests/kubernetes/test-manifests.sh $(BUILD)"
+	@tests/kubernetes/test-manifests.sh $(BUILD)
+
 # ThreadSanitizer: the daemon, the client library and every suite built with -fsanitize=thread
 # (BUILD=build-tsan, CUDA=0), then the unit, integration and bounded load suites run against the
 # TSan daemon (docs/testing.md). A report fails the run twice over: the process that saw the race
@@ -525,6 +558,7 @@ check: deps
 	$(MAKE) all
 	$(MAKE) test
 	$(MAKE) test-python
+	$(MAKE) test-lint test-kubernetes test-slurm
 	$(MAKE) test-soak
 	$(MAKE) BUILD=build-san SANITIZE=1 CUDA=0 test
 	$(MAKE) check-tsan

@@ -333,7 +333,8 @@ static int device_socket(const char *device, char *buf, size_t len) {
  * defaults. 0 when found, -1 with the reason in why when not.
  */
 static int resolve_path(const char *path, const char *device, char *buf, size_t len, char *why,
-                        size_t why_len) {
+                        size_t why_len, int *from_env) {
+    *from_env = 0;
     if (path && path[0]) {
         snprintf(buf, len, "%s", path);
         return 0;
@@ -343,6 +344,7 @@ static int resolve_path(const char *path, const char *device, char *buf, size_t 
         const char *env = getenv("TENFERRO_SOCKET");
         if (env && env[0]) {
             snprintf(buf, len, "%s", env);
+            *from_env = 1;
             return 0;
         }
         device = getenv("TENFERRO_DEVICE");
@@ -369,7 +371,7 @@ static int resolve_path(const char *path, const char *device, char *buf, size_t 
     snprintf(why, why_len,
              "no tenferrod to connect to: TENFERRO_SOCKET is not set (nor TENFERRO_DEVICE), and "
              "neither %s nor %s exists (is a daemon running? under a scheduler, did the job get "
-             "a tenferrod share?)",
+             "a tenferrod share? docs/cluster.md)",
              first, second);
     return -1;
 }
@@ -431,7 +433,8 @@ static tf_status connect_to(const char *socket_path, const char *device, tf_clie
     char path[512], why[1024];
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     tf_status st = TF_OK;
-    if (resolve_path(socket_path, device, path, sizeof path, why, sizeof why) != 0) {
+    int from_env = 0;
+    if (resolve_path(socket_path, device, path, sizeof path, why, sizeof why, &from_env) != 0) {
         c->broken = 1;
         st = tf__fail(c, strstr(why, "names no device") ? TF_ERR_INVALID_ARGUMENT : TF_ERR_DISCONNECTED,
                       "%s", why);
@@ -443,9 +446,10 @@ static tf_status connect_to(const char *socket_path, const char *device, tf_clie
         if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
             c->broken = 1;
             st = tf__fail(c, TF_ERR_DISCONNECTED,
-                          "cannot connect to tenferrod at %s: %s (is the daemon running? set "
-                          "TENFERRO_SOCKET to its socket)",
-                          path, strerror(errno));
+                          "cannot connect to tenferrod at %s%s: %s (is the daemon running? %s)",
+                          path, from_env ? " (from TENFERRO_SOCKET)" : "", strerror(errno),
+                          from_env ? "check TENFERRO_SOCKET names its socket"
+                                   : "set TENFERRO_SOCKET to its socket");
         }
     }
     if (st == TF_OK) st = handshake(c);

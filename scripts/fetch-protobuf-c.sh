@@ -31,6 +31,7 @@ src=$dir/protobuf-c/protobuf-c.c
 header=/usr/include/protobuf-c/protobuf-c.h
 
 if [ ! -f "$src" ]; then
+    # shellcheck source=/dev/null # the machine's, read at run time
     . /etc/os-release
     codename=${VERSION_CODENAME:?no VERSION_CODENAME in /etc/os-release}
     case "$ID" in
