@@ -16,6 +16,7 @@ if [ ! -e "$lib" ]; then
 fi
 work=$(mktemp -d /tmp/tf-abi.XXXXXX)
 daemon=
+# shellcheck disable=SC2317 # called through the EXIT trap
 cleanup() {
     if [ -n "$daemon" ]; then kill "$daemon" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true; fi
     rm -rf "$work"
