@@ -441,7 +441,7 @@ static tf_status connect_to(const char *socket_path, const char *device, tf_clie
     } else if (strlen(path) >= sizeof addr.sun_path) {
         st = tf__fail(c, TF_ERR_INVALID_ARGUMENT, "socket path %s is too long", path);
     } else {
-        snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+        memcpy(addr.sun_path, path, strlen(path) + 1); /* fits: checked just above */
         c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
             c->broken = 1;
