@@ -280,14 +280,6 @@ tf_status tf_prepared_free(tf_client *c, tf_prepared p) {
     return st == TF_OK ? tf__ok(c) : st;
 }
 
-/* "f64 [64, 4096]" into buf, for refusals that must show what differs. */
-static void describe_meta(const tf__meta *m, char *buf, size_t len) {
-    size_t at = (size_t)snprintf(buf, len, "%s [", tf_dtype_name(m->dtype));
-    for (int i = 0; i < m->rank && at < len; i++)
-        at += (size_t)snprintf(buf + at, len - at, i ? ", %lld" : "%lld", (long long)m->shape[i]);
-    if (at < len) snprintf(buf + at, len - at, "]");
-}
-
 /* Checks a run's tensors against the prepared graph's inputs, naming the first that differs. */
 static tf_status check_run(tf_view *v, const tf__prepared_rec *r, int n_inputs,
                            const tf_tensor *inputs, int n_outputs, const tf_tensor *outputs) {
@@ -302,12 +294,10 @@ static tf_status check_run(tf_view *v, const tf__prepared_rec *r, int n_inputs,
         tf_status st = tf__view_lookup(v, inputs[i], &h);
         if (st != TF_OK) return st;
         const tf__meta *want = &r->meta[i];
-        int same = h->meta.dtype == want->dtype && h->meta.rank == want->rank;
-        for (int a = 0; same && a < want->rank; a++) same = h->meta.shape[a] == want->shape[a];
-        if (!same) {
+        if (!tf__meta_same(&h->meta, want)) {
             char got_s[128], want_s[128];
-            describe_meta(&h->meta, got_s, sizeof got_s);
-            describe_meta(want, want_s, sizeof want_s);
+            tf__meta_describe(&h->meta, got_s, sizeof got_s);
+            tf__meta_describe(want, want_s, sizeof want_s);
             return tf__fail(c, h->meta.dtype != want->dtype ? TF_ERR_DTYPE : TF_ERR_SHAPE,
                             "run_prepared input %d: the graph was prepared for %s, tensor %llu is %s",
                             i, want_s, (unsigned long long)inputs[i], got_s);

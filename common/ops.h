@@ -94,6 +94,12 @@ int64_t tf__meta_numel(const tf__meta *meta);
 /* Bytes of a tensor's data. */
 size_t tf__meta_bytes(const tf__meta *meta);
 
+/* 1 when two tensors have the same dtype and shape. */
+int tf__meta_same(const tf__meta *a, const tf__meta *b);
+
+/* Writes "f32 [64, 4096]" into buf (cut to len). */
+void tf__meta_describe(const tf__meta *m, char *buf, size_t len);
+
 /* Number of tensor inputs an operation kind takes, or -1 for a variable count (FREE). */
 int tf__op_arity(tf__op_kind kind);
 

@@ -95,6 +95,20 @@ size_t tf__meta_bytes(const tf__meta *meta) {
     return (size_t)tf__meta_numel(meta) * tf_dtype_size(meta->dtype);
 }
 
+int tf__meta_same(const tf__meta *a, const tf__meta *b) {
+    if (a->dtype != b->dtype || a->rank != b->rank) return 0;
+    for (int i = 0; i < a->rank; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return 1;
+}
+
+void tf__meta_describe(const tf__meta *m, char *buf, size_t len) {
+    size_t at = (size_t)snprintf(buf, len, "%s [", tf_dtype_name(m->dtype));
+    for (int i = 0; i < m->rank && at < len; i++)
+        at += (size_t)snprintf(buf + at, len - at, i ? ", %lld" : "%lld", (long long)m->shape[i]);
+    if (at < len) snprintf(buf + at, len - at, "]");
+}
+
 /* Writes "[2,3,4]" into buf. */
 static void format_shape(const tf__meta *m, char *buf, size_t len) {
     size_t used = 0;

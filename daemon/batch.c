@@ -288,22 +288,6 @@ static void run_drop(void *arg) {
     free(a);
 }
 
-/* "f32 [64, 4096]" into buf. */
-static void describe_meta(const tf__meta *m, char *buf, size_t len) {
-    size_t at = (size_t)snprintf(buf, len, "%s [", tf_dtype_name(m->dtype));
-    for (int i = 0; i < m->rank && at < len; i++)
-        at += (size_t)snprintf(buf + at, len - at, i ? ", %lld" : "%lld", (long long)m->shape[i]);
-    if (at < len) snprintf(buf + at, len - at, "]");
-}
-
-/* 1 when a tensor's metadata is the one a graph input was recorded with. */
-static int same_meta(const tf__meta *a, const tf__meta *b) {
-    if (a->dtype != b->dtype || a->rank != b->rank) return 0;
-    for (int i = 0; i < a->rank; i++)
-        if (a->shape[i] != b->shape[i]) return 0;
-    return 1;
-}
-
 /* Takes outputs 0..n-1 of a refused run back out of the table; their blocks go as at creation. */
 static void unmake_outputs(tfd_conn *c, chain *ch, const Tenferro__Op *op, int n,
                            tfd_item **spares) {
@@ -350,10 +334,10 @@ static tf_status prepare_run(tfd_conn *c, const Tenferro__Op *op, uint64_t accep
         tfd_tensor *t = tfd_usable_tensor(c, op->inputs[i], "run_prepared", i, &st, msg, len);
         if (!t) return st;
         const tf__meta *want = &p->values[i].meta;
-        if (!same_meta(&t->meta, want)) {
+        if (!tf__meta_same(&t->meta, want)) {
             char got_s[96], want_s[96];
-            describe_meta(&t->meta, got_s, sizeof got_s);
-            describe_meta(want, want_s, sizeof want_s);
+            tf__meta_describe(&t->meta, got_s, sizeof got_s);
+            tf__meta_describe(want, want_s, sizeof want_s);
             snprintf(msg, len, "run_prepared input %d: the graph was prepared for %s, tensor %llu is %s",
                      i, want_s, (unsigned long long)op->inputs[i], got_s);
             return t->meta.dtype != want->dtype ? TF_ERR_DTYPE : TF_ERR_SHAPE;
