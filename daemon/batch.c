@@ -131,6 +131,48 @@ static void chain_close(chain *ch, uint64_t batch, uint32_t index) {
     ch->n_spares = 0;
 }
 
+/*
+ * Lets go of an output block nothing has used yet: a spare goes back to the
+ * chain (earlier items may still read it), a new block back to the stream.
+ */
+static void drop_block(tfd_conn *c, chain *ch, tfd_item *spare, void *data, size_t bytes) {
+    if (spare) {
+        chain_free(ch, spare);
+        return;
+    }
+    c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), data, bytes);
+    tfd_executor_note_free(c->srv->ex, bytes);
+}
+
+/*
+ * Makes output tensor `id` of `meta` for an operation being prepared, which
+ * writes every byte of it: memory from a spare block of the chain of its size,
+ * else from the stream, and its record in the table. *spare is the FREE item
+ * of the block taken, if one was: the caller frees it once the operation is
+ * kept, or hands it to drop_block with the record's memory if not. On failure
+ * nothing is kept.
+ */
+static tf_status make_output(tfd_conn *c, chain *ch, uint64_t id, const tf__meta *meta,
+                             tfd_tensor *rec, tfd_item **spare, char *msg, size_t len) {
+    const size_t bytes = tf__meta_bytes(meta);
+    *rec = (tfd_tensor){.id = id, .meta = *meta, .bytes = bytes, .written = bytes};
+    *spare = bytes ? chain_take_spare(ch, bytes) : NULL;
+    if (*spare) {
+        rec->data = (*spare)->u.free.ptr;
+    } else {
+        tf_status st = tfd_stream_alloc(c->stream, bytes, &rec->data, msg, len);
+        if (st != TF_OK) return st;
+    }
+    if (tfd_tensor_table_insert(&c->tensors, rec) != 0) {
+        drop_block(c, ch, *spare, rec->data, bytes);
+        *spare = NULL;
+        snprintf(msg, len, "out of host memory");
+        return TF_ERR_NO_MEMORY;
+    }
+    c->srv->counters.tensors_created++;
+    return TF_OK;
+}
+
 /* Hands the chain's items to the stream; its spares stay with it for later items. */
 static void chain_flush(tfd_conn *c, chain *ch) {
     tfd_stream_enqueue(c->stream, ch->first, ch->last, ch->count);
@@ -224,35 +266,16 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
         tfd_item_free(it);
         return TF_ERR_INVALID_ARGUMENT;
     }
-    size_t out_bytes = tf__meta_bytes(&out_meta);
     /* The operation writes every byte of its output (the executor zeroes it if the op does not run). */
-    tfd_tensor rec = {.id = op->output, .meta = out_meta, .bytes = out_bytes, .written = out_bytes};
-    st = tfd_quota_check(c, rec.bytes, 1, accepted + 1, msg, len);
-    /* A block this chain freed earlier serves if it has the size (chain.spare); else a new one. */
-    tfd_item *spare = st == TF_OK && rec.bytes ? chain_take_spare(ch, rec.bytes) : NULL;
-    if (spare)
-        rec.data = spare->u.free.ptr;
-    else if (st == TF_OK)
-        st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
+    st = tfd_quota_check(c, tf__meta_bytes(&out_meta), 1, accepted + 1, msg, len);
+    tfd_tensor rec;
+    tfd_item *spare = NULL;
+    if (st == TF_OK) st = make_output(c, ch, op->output, &out_meta, &rec, &spare, msg, len);
     if (st != TF_OK) {
         tfd_item_free(it);
         return st;
     }
-    if (tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
-        /* A spare may still be read by earlier items: it goes back to the chain, never freed here. */
-        if (spare) {
-            chain_free(ch, spare);
-        } else {
-            c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data,
-                                     rec.bytes);
-            tfd_executor_note_free(c->srv->ex, rec.bytes);
-        }
-        snprintf(msg, len, "out of host memory");
-        tfd_item_free(it);
-        return TF_ERR_NO_MEMORY;
-    }
     if (spare) tfd_item_free(spare); /* its block lives on in the new tensor */
-    c->srv->counters.tensors_created++;
     view_of(&rec, &d->out);
     chain_push(ch, it);
     if (kind == TF__OP_TEST_FAULT)
@@ -295,13 +318,7 @@ static void unmake_outputs(tfd_conn *c, chain *ch, const Tenferro__Op *op, int n
         tfd_tensor rec;
         if (tfd_tensor_table_remove(&c->tensors, op->outputs[o], &rec) != 0) continue;
         c->srv->counters.tensors_created--;
-        if (spares[o]) {
-            chain_free(ch, spares[o]); /* earlier items may still read it */
-        } else {
-            c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data,
-                                     rec.bytes);
-            tfd_executor_note_free(c->srv->ex, rec.bytes);
-        }
+        drop_block(c, ch, spares[o], rec.data, rec.bytes);
     }
 }
 
@@ -379,28 +396,10 @@ static tf_status prepare_run(tfd_conn *c, const Tenferro__Op *op, uint64_t accep
     }
     int made = 0;
     for (int o = 0; o < p->n_outputs && st == TF_OK; o++) {
-        const tfd_graph_value *v = &p->values[p->outputs[o]];
-        tfd_tensor rec = {.id = op->outputs[o], .meta = v->meta, .bytes = v->bytes,
-                          .written = v->bytes};
-        spares[o] = rec.bytes ? chain_take_spare(ch, rec.bytes) : NULL;
-        if (spares[o])
-            rec.data = spares[o]->u.free.ptr;
-        else
-            st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
-        if (st == TF_OK && tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
-            snprintf(msg, len, "out of host memory");
-            st = TF_ERR_NO_MEMORY;
-            if (spares[o]) {
-                chain_free(ch, spares[o]);
-            } else {
-                c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data,
-                                         rec.bytes);
-                tfd_executor_note_free(c->srv->ex, rec.bytes);
-            }
-            spares[o] = NULL;
-        }
+        tfd_tensor rec;
+        st = make_output(c, ch, op->outputs[o], &p->values[p->outputs[o]].meta, &rec, &spares[o],
+                         msg, len);
         if (st != TF_OK) break;
-        c->srv->counters.tensors_created++;
         a->ptr[p->n_inputs + o] = rec.data;
         out_bytes[o] = rec.bytes;
         made++;
