@@ -68,16 +68,7 @@ tf_status tf_graph_tensor_info(const tf_graph *g, tf_tensor t, tf_dtype *dtype, 
     return TF_OK;
 }
 
-tf__queued_op *tf__graph_slot(tf_graph *g) {
-    if (g->n_nodes == g->cap) {
-        size_t cap = g->cap ? g->cap * 2 : 64;
-        tf__queued_op *q = realloc(g->nodes, cap * sizeof *q);
-        if (!q) return NULL;
-        g->nodes = q;
-        g->cap = cap;
-    }
-    return &g->nodes[g->n_nodes];
-}
+tf__queued_op *tf__graph_slot(tf_graph *g) { return tf__ops_slot(&g->nodes, g->n_nodes, &g->cap, 64); }
 
 void tf__graph_commit(tf_graph *g) { g->n_nodes++; }
 uint64_t tf__graph_next_id(tf_graph *g) { return ++g->next_id; }

@@ -183,6 +183,11 @@ typedef struct tf__prepared_rec {
 
 /* The handle table a view's operations read and create tensors in. */
 tf__id_table *tf__view_handles(tf_view *v);
+/*
+ * The slot after the n operations of a growable array (*ops of *cap slots),
+ * growing it (first to first_cap slots, then doubling); NULL when out of memory.
+ */
+tf__queued_op *tf__ops_slot(tf__queued_op **ops, size_t n, size_t *cap, size_t first_cap);
 /* Makes room for one more operation on the view (the session queue or the graph); NULL when out of memory. */
 tf__queued_op *tf__view_slot(tf_view *v);
 /* Counts the operation tf__view_slot handed out as recorded, and gives the next tensor id. */

@@ -28,16 +28,20 @@ tf_status tf__lookup_idle(tf_client *c, tf_tensor t, tf__handle **out) {
     return st;
 }
 
+tf__queued_op *tf__ops_slot(tf__queued_op **ops, size_t n, size_t *cap, size_t first_cap) {
+    if (n == *cap) {
+        size_t grown = *cap ? *cap * 2 : first_cap;
+        tf__queued_op *q = realloc(*ops, grown * sizeof *q);
+        if (!q) return NULL;
+        *ops = q;
+        *cap = grown;
+    }
+    return &(*ops)[n];
+}
+
 /* Makes room for one more queued operation. */
 static tf__queued_op *queue_slot(tf_client *c) {
-    if (c->n_queued == c->queue_cap) {
-        size_t cap = c->queue_cap ? c->queue_cap * 2 : 256;
-        tf__queued_op *q = realloc(c->queue, cap * sizeof *q);
-        if (!q) return NULL;
-        c->queue = q;
-        c->queue_cap = cap;
-    }
-    return &c->queue[c->n_queued];
+    return tf__ops_slot(&c->queue, c->n_queued, &c->queue_cap, 256);
 }
 
 tf__queued_op *tf__view_slot(tf_view *v) {
