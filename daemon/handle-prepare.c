@@ -47,8 +47,13 @@ static void reply_prepare(tfd_conn *c, uint64_t seq, tf_status st, int failed_no
     tfd_conn_send_result(c, seq, &r, -1);
 }
 
-/* Charges the instance to the connection and records the handle; on refusal it goes back. */
-static void adopt(tfd_conn *c, uint64_t seq, uint64_t id, tfd_plan_entry *entry) {
+/*
+ * Charges the instance to the connection and records the handle. On refusal
+ * an instance taken idle from the cache goes back to it; one just built for
+ * this client (fresh) is discarded, so what a refused prepare made is never
+ * kept at nobody's charge.
+ */
+static void adopt(tfd_conn *c, uint64_t seq, uint64_t id, tfd_plan_entry *entry, int fresh) {
     tfd_server *srv = c->srv;
     const uint64_t bytes = tfd_prepared_bytes(tfd_prepared_exec_of(entry));
     char msg[512];
@@ -59,7 +64,10 @@ static void adopt(tfd_conn *c, uint64_t seq, uint64_t id, tfd_plan_entry *entry)
         st = TF_ERR_NO_MEMORY;
     }
     if (st != TF_OK) {
-        tfd_prepared_give_back(&srv->prepared, entry); /* never ran: idle at once */
+        if (fresh)
+            tfd_prepared_discard(&srv->prepared, entry);
+        else
+            tfd_prepared_give_back(&srv->prepared, entry); /* never ran: idle at once */
         reply_prepare(c, seq, st, -1, msg);
         return;
     }
@@ -87,7 +95,7 @@ static void on_built(tfd_item *it) {
     } else if (job->status != TF_OK) {
         reply_prepare(c, job->seq, job->status, -1, job->message);
     } else {
-        adopt(c, job->seq, job->id, job->entry);
+        adopt(c, job->seq, job->id, job->entry, 1);
     }
     free(job);
     tfd_conn_resume(c);
@@ -152,11 +160,13 @@ void tfd_handle_prepare(tfd_conn *c, Tenferro__Frame *frame) {
     }
     /*
      * A graph that cannot fit the device_bytes quota is refused before
-     * anything is built or taken: the least its instance can hold must fit.
-     * adopt checks the instance actually made.
+     * anything is built or taken: the arena its instance is built with must
+     * fit. adopt checks the instance actually made (its device graph's own
+     * memory too), and discards it when that does not fit.
      */
     if (srv->opt.client_quota.device_bytes || srv->opt.uid_quota.device_bytes) {
-        st = tfd_quota_check(c, tfd_prepared_least_bytes(plan), 0, 0, msg, sizeof msg);
+        st = tfd_quota_check(c, tfd_prepared_arena_bytes(&srv->prepared, plan), 0, 0, msg,
+                             sizeof msg);
         if (st != TF_OK) {
             tfd_graph_plan_free(plan);
             reply_prepare(c, seq, st, -1, msg);
@@ -166,7 +176,7 @@ void tfd_handle_prepare(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_plan_entry *entry = tfd_prepared_take(&srv->prepared, plan);
     if (entry) {
         tfd_graph_plan_free(plan);
-        adopt(c, seq, id, entry);
+        adopt(c, seq, id, entry, 0);
         return;
     }
     build_later(c, seq, id, plan);

@@ -184,7 +184,7 @@ static int lay_out(tfd_prepared_exec *x, int graph_mode) {
     return rc;
 }
 
-uint64_t tfd_prepared_least_bytes(const tfd_graph_plan *plan) {
+uint64_t tfd_prepared_arena_bytes(const tfd_prepared_cache *pc, const tfd_graph_plan *plan) {
     tfd_prepared_exec x;
     memset(&x, 0, sizeof x);
     x.plan = (tfd_graph_plan *)plan; /* lay_out only reads it */
@@ -192,7 +192,7 @@ uint64_t tfd_prepared_least_bytes(const tfd_graph_plan *plan) {
     x.direct = calloc((size_t)plan->n_values, sizeof *x.direct);
     uint64_t bytes = 0;
     if (x.offset && x.direct) {
-        const int rc = lay_out(&x, 0);
+        const int rc = lay_out(&x, pc->be->vt->graph_capture != NULL);
         bytes = rc == 0 ? x.arena_bytes : 0;
     }
     free(x.offset);
@@ -320,6 +320,10 @@ tf_status tfd_prepared_build(tfd_prepared_cache *pc, tfd_graph_plan *plan, tfd_p
 
 void tfd_prepared_give_back(tfd_prepared_cache *pc, tfd_plan_entry *entry) {
     tfd_plan_cache_release(&pc->cache, entry);
+}
+
+void tfd_prepared_discard(tfd_prepared_cache *pc, tfd_plan_entry *entry) {
+    tfd_plan_cache_discard(&pc->cache, entry);
 }
 
 void tfd_prepared_cache_drain(tfd_prepared_cache *pc) { tfd_plan_cache_drain(&pc->cache); }

@@ -65,19 +65,27 @@ tf_status tfd_prepared_build(tfd_prepared_cache *pc, tfd_graph_plan *plan, tfd_p
                              char *msg, size_t msg_len);
 
 /*
- * The least device memory an instance of plan holds, whatever the backend
- * does with it: its arena laid out to run the nodes one by one (a device
- * graph keeps every value in it, and more). 0 when it cannot be worked out
- * (no host memory; the build reports it). Any thread; allocates nothing on
- * the device.
+ * The arena an instance of plan is built with: laid out for a device graph
+ * (every value in it) when the backend captures graphs, else to run the
+ * nodes one by one. A capture the backend refuses only makes it smaller;
+ * the device graph itself may hold more (tfd_prepared_bytes says all). 0
+ * when it cannot be worked out (no host memory; the build reports it). Any
+ * thread; allocates nothing on the device.
  */
-uint64_t tfd_prepared_least_bytes(const tfd_graph_plan *plan);
+uint64_t tfd_prepared_arena_bytes(const tfd_prepared_cache *pc, const tfd_graph_plan *plan);
 
 /*
  * Gives a taken instance back (idle, for the next equal prepare); the caller
  * guarantees every run of it has completed. Any thread.
  */
 void tfd_prepared_give_back(tfd_prepared_cache *pc, tfd_plan_entry *entry);
+
+/*
+ * Gives a taken instance back and out of the cache (one built for a client
+ * its quota then refused: kept idle, its memory would be charged to nobody).
+ * Nothing has run it. Any thread.
+ */
+void tfd_prepared_discard(tfd_prepared_cache *pc, tfd_plan_entry *entry);
 
 /* Destroys instances the cache let go of and could not destroy then; on a worker thread. */
 void tfd_prepared_cache_drain(tfd_prepared_cache *pc);

@@ -194,6 +194,14 @@ void tfd_plan_cache_release(tfd_plan_cache *c, tfd_plan_entry *e) {
     if (last) destroy_entry(c, e);
 }
 
+void tfd_plan_cache_discard(tfd_plan_cache *c, tfd_plan_entry *e) {
+    pthread_mutex_lock(&c->lock);
+    if (!e->detached) (void)take_out(c, e); /* in use by the caller: detached, not destroyed */
+    int last = --e->users == 0;
+    pthread_mutex_unlock(&c->lock);
+    if (last) destroy_entry(c, e);
+}
+
 uint64_t tfd_plan_cache_clear(tfd_plan_cache *c) {
     tfd_plan_entry *idle = NULL;
     uint64_t removed = 0;

@@ -85,6 +85,13 @@ void *tfd_plan_entry_value(const tfd_plan_entry *e);
 void tfd_plan_cache_release(tfd_plan_cache *c, tfd_plan_entry *e);
 
 /*
+ * Gives a taken entry back and takes it out of the cache: no later acquire
+ * finds it, and it is destroyed (through the callback) once its last user
+ * lets go, at once when that is the caller.
+ */
+void tfd_plan_cache_discard(tfd_plan_cache *c, tfd_plan_entry *e);
+
+/*
  * Empties the cache (trim): idle values are destroyed now, values in use
  * when their users release them. Returns how many entries it took out.
  */

@@ -2026,6 +2026,61 @@ START_TEST(test_quota_refuses_prepare) {
 }
 END_TEST
 
+/* A 256 x 256 product: no intermediate, but as a device graph three 512 KiB slots and a GEMM. */
+/* clang-format off */
+static const program gemm_256 = {.name = "gemm 256", .dtypes = DT_REAL,
+    INPUTS(IN(IN_SAME, 0, 2, 256, 256), IN(IN_SAME, 0, 2, 256, 256)),
+    STEPS(OP2(S_MATMUL, 0, 1)), OUTPUTS(2)};
+/* clang-format on */
+
+/*
+ * What a device graph holds beside the values counts too, and a prepare that
+ * does not fit keeps nothing. Run one by one (the CPU backend), the product
+ * writes its output tensor directly and the instance holds no memory: with
+ * its inputs (1 MiB) and output (0.5 MiB) it runs under either quota.
+ * Captured (cuda), its input and output slots (1.5 MiB) beside the inputs
+ * are refused by a 2 MiB quota before anything is built; under 4 MiB they
+ * fit, but the device graph's cuBLAS workspace (32 MiB for a GEMM of 2^24
+ * multiply-adds) does not: the instance built for the refused client is
+ * dropped, not kept idle in the cache at nobody's charge.
+ */
+START_TEST(test_quota_counts_the_device_graph) {
+    const int captured = strncmp(th_device(), "cuda", 4) == 0;
+    const char *quotas[2] = {"2097152", "4194304"};
+    for (int q = 0; q < 2; q++) {
+        CK_DAEMON_START(&D, "--client-device-bytes", quotas[q], "--workers", "2");
+        C = th_connect(&D);
+        const cache_info before = graph_cache(&D);
+        tf_prepared pp = 0;
+        if (!captured) {
+            holder h;
+            holder_start(&h, C, &gemm_256, TF_F64);
+            holder_check(&h, "the product under the quota");
+            holder_stop(&h);
+        } else {
+            tf_tensor in[MAX_IN];
+            hval val[MAX_VALUES];
+            EXPECT_OK(C, upload_inputs(C, &gemm_256, TF_F64, in, val));
+            EXPECT_FAIL(C, prepare_program(C, &gemm_256, TF_F64, &pp), TF_ERR_QUOTA, "device_bytes");
+            for (int i = 0; i < 2; i++) EXPECT_OK(C, tf_tensor_free(C, in[i]));
+            free_values(val, 2);
+            const cache_info after = graph_cache(&D);
+            ck_assert_msg(after.entries == before.entries && after.bytes == before.bytes,
+                          "quota %s: the refused prepare left %llu entries holding %llu bytes "
+                          "(before: %llu, %llu)",
+                          quotas[q], (unsigned long long)after.entries,
+                          (unsigned long long)after.bytes, (unsigned long long)before.entries,
+                          (unsigned long long)before.bytes);
+            /* Under 2 MiB nothing was even built: the arena beside the inputs is over the quota. */
+            if (q == 0) ck_assert_uint_eq(after.misses, before.misses);
+        }
+        expect_device_memory(&D, 0, 0, "after the prepare");
+        tf_disconnect(C);
+        CK_DAEMON_STOP(&D);
+    }
+}
+END_TEST
+
 /* ---- 7: the daemon-wide cache across processes ---- */
 
 /* What a child of the cache test does: its own inputs, prepare, runs, and the pipes it talks on. */
@@ -2523,6 +2578,7 @@ static Suite *prepared_suite(void) {
     tcase_add_test(tc, test_preflight_raw);
     tcase_add_test(tc, test_bad_graphs_raw);
     tcase_add_test(tc, test_quota_refuses_prepare);
+    tcase_add_test(tc, test_quota_counts_the_device_graph);
     tcase_add_test(tc, test_cache_across_processes);
     tcase_add_test(tc, test_free_while_queued);
     tcase_add_test(tc, test_client_killed_while_running);

@@ -123,6 +123,40 @@ START_TEST(test_lru_bound) {
 }
 END_TEST
 
+/*
+ * A discarded entry leaves the cache at once and is destroyed when its last
+ * user lets go: at once for the only user (an exclusive cache), at the other
+ * user's release in a shared one; other entries stay.
+ */
+START_TEST(test_discard) {
+    tfd_plan_cache c;
+    g_destroyed = 0;
+    ck_assert_int_eq(tfd_plan_cache_init(&c, "test_plans", sizeof(test_key), 8, 1, destroy_value, NULL), 0);
+    test_value a = {1, 0}, b = {2, 0};
+    tfd_plan_cache_release(&c, get(&c, 20, &b));
+    tfd_plan_entry *e = get(&c, 10, &a);
+    tfd_plan_cache_discard(&c, e);
+    ck_assert(a.destroyed && !b.destroyed);
+    expect_stats(&c, 1, 0, 2, 0);
+    test_key k = key_of(10);
+    ck_assert_ptr_null(tfd_plan_cache_acquire(&c, &k));
+    tfd_plan_cache_destroy(&c);
+    ck_assert(b.destroyed);
+
+    ck_assert_int_eq(tfd_plan_cache_init(&c, "test_plans", sizeof(test_key), 8, 0, destroy_value, NULL), 0);
+    test_value s = {3, 0};
+    tfd_plan_entry *first = get(&c, 30, &s), *second = get(&c, 30, NULL);
+    ck_assert_ptr_eq(first, second);
+    tfd_plan_cache_discard(&c, first);
+    ck_assert(!s.destroyed); /* the other user still has it */
+    expect_stats(&c, 0, 1, 1, 0);
+    tfd_plan_cache_release(&c, second);
+    ck_assert(s.destroyed);
+    tfd_plan_cache_destroy(&c);
+    ck_assert_int_eq(g_destroyed, 3);
+}
+END_TEST
+
 /* An entry pushed out or cleared while in use stays usable and is destroyed at its last release. */
 START_TEST(test_in_use_survives) {
     tfd_plan_cache c;
@@ -295,6 +329,7 @@ static Suite *plan_cache_suite(void) {
     tcase_add_test(tc, test_hit_and_miss);
     tcase_add_test(tc, test_lru_bound);
     tcase_add_test(tc, test_in_use_survives);
+    tcase_add_test(tc, test_discard);
     tcase_add_test(tc, test_exclusive);
     tcase_add_test(tc, test_declined_until_drain);
     tcase_add_test(tc, test_many_keys);
