@@ -24,6 +24,20 @@
 #include "daemon/quota.h"
 #include "daemon/server.h"
 
+/*
+ * Lets go of an instance no run uses any more: back to the cache, idle, for
+ * the next equal prepare; or, while a device_bytes quota is configured,
+ * destroyed, since an idle instance's memory is charged to nobody and a
+ * client could otherwise leave instance after instance of its quota's size
+ * behind it.
+ */
+static void let_go(tfd_server *srv, tfd_plan_entry *entry) {
+    if (srv->opt.client_quota.device_bytes || srv->opt.uid_quota.device_bytes)
+        tfd_prepared_discard(&srv->prepared, entry);
+    else
+        tfd_prepared_give_back(&srv->prepared, entry);
+}
+
 /* A Prepare whose instance is built on a worker. */
 typedef struct prepare_job {
     tfd_conn *conn;
@@ -91,7 +105,7 @@ static void on_built(tfd_item *it) {
     tfd_conn *c = job->conn;
     tfd_item_free(it);
     if (c->closing) {
-        if (job->entry) tfd_prepared_give_back(&c->srv->prepared, job->entry);
+        if (job->entry) let_go(c->srv, job->entry);
     } else if (job->status != TF_OK) {
         reply_prepare(c, job->seq, job->status, -1, job->message);
     } else {
@@ -184,15 +198,15 @@ void tfd_handle_prepare(tfd_conn *c, Tenferro__Frame *frame) {
 
 /* An instance to give back once the runs before its free have completed. */
 typedef struct give_back {
-    tfd_prepared_cache *pc;
+    tfd_server *srv;
     tfd_plan_entry *entry;
 } give_back;
 
-/* Loop: the runs queued before the free have completed; the instance goes back to the cache. */
+/* Loop: the runs queued before the free have completed; the instance is let go of. */
 static void on_freed(tfd_item *it) {
     give_back *g = it->done_arg;
     tfd_item_free(it);
-    tfd_prepared_give_back(g->pc, g->entry);
+    let_go(g->srv, g->entry);
     free(g);
 }
 
@@ -217,7 +231,7 @@ void tfd_handle_prepared_free(tfd_conn *c, Tenferro__Frame *frame) {
         ref->bytes = 0;
         return;
     }
-    g->pc = &c->srv->prepared;
+    g->srv = c->srv;
     g->entry = ref->entry;
     marker->keeps_failure = 1;
     marker->done = on_freed;
@@ -226,14 +240,14 @@ void tfd_handle_prepared_free(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_stream_enqueue(c->stream, marker, marker, 1);
 }
 
-/* One handle given back at the connection's end. */
+/* One handle let go of at the connection's end. */
 static void give_back_ref(void *record, void *arg) {
     tfd_prepared_ref *ref = record;
-    tfd_prepared_give_back(arg, ref->entry);
+    let_go(arg, ref->entry);
 }
 
 void tfd_conn_prepared_release(tfd_conn *c) {
-    tf__id_table_each(&c->prepared, give_back_ref, &c->srv->prepared);
+    tf__id_table_each(&c->prepared, give_back_ref, c->srv);
     tf__id_table_free(&c->prepared);
     c->prepared_bytes = 0;
 }

@@ -2081,6 +2081,52 @@ START_TEST(test_quota_counts_the_device_graph) {
 }
 END_TEST
 
+/* Polls the cache until it holds `entries` (the give-back follows a marker); fails after 10 s. */
+static cache_info wait_cache_entries(const th_daemon *d, uint64_t entries) {
+    cache_info ci = graph_cache(d);
+    for (int waited = 0; ci.entries != entries && waited < 10000; waited += 10) {
+        sleep_ms(10);
+        ci = graph_cache(d);
+    }
+    ck_assert_msg(ci.entries == entries, "the cache holds %llu instances, expected %llu",
+                  (unsigned long long)ci.entries, (unsigned long long)entries);
+    return ci;
+}
+
+/*
+ * Without quotas a freed instance stays in the cache, idle, for the next
+ * equal prepare (a hit). Under a device_bytes quota it is destroyed: its
+ * memory would be charged to nobody, and a client could leave one instance
+ * of its quota's size after another behind it (then the next prepare is a
+ * miss).
+ */
+START_TEST(test_freed_instance_under_quota) {
+    for (int quota = 0; quota < 2; quota++) {
+        if (quota)
+            CK_DAEMON_START(&D, "--client-device-bytes", "67108864", "--workers", "2");
+        else
+            CK_DAEMON_START(&D, "--workers", "2");
+        C = th_connect(&D);
+        holder h;
+        holder_start(&h, C, &outer_mid, TF_F64);
+        holder_check(&h, "the graph");
+        EXPECT_OK(C, tf_prepared_free(C, h.pp));
+        h.pp = 0;
+        const cache_info after_free = wait_cache_entries(&D, quota ? 0 : 1);
+        if (quota) ck_assert_uint_eq(after_free.bytes, 0);
+        tf_prepared pp = 0;
+        EXPECT_OK(C, prepare_program(C, &outer_mid, TF_F64, &pp));
+        const cache_info again = graph_cache(&D);
+        ck_assert_uint_eq(again.hits, after_free.hits + (quota ? 0 : 1));
+        ck_assert_uint_eq(again.misses, after_free.misses + (quota ? 1 : 0));
+        EXPECT_OK(C, tf_prepared_free(C, pp));
+        holder_stop(&h);
+        tf_disconnect(C);
+        CK_DAEMON_STOP(&D);
+    }
+}
+END_TEST
+
 /* ---- 7: the daemon-wide cache across processes ---- */
 
 /* What a child of the cache test does: its own inputs, prepare, runs, and the pipes it talks on. */
@@ -2579,6 +2625,7 @@ static Suite *prepared_suite(void) {
     tcase_add_test(tc, test_bad_graphs_raw);
     tcase_add_test(tc, test_quota_refuses_prepare);
     tcase_add_test(tc, test_quota_counts_the_device_graph);
+    tcase_add_test(tc, test_freed_instance_under_quota);
     tcase_add_test(tc, test_cache_across_processes);
     tcase_add_test(tc, test_free_while_queued);
     tcase_add_test(tc, test_client_killed_while_running);
