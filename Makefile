@@ -101,7 +101,7 @@ COMMON_SRC := $(wildcard common/*.c)
 CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/view-ops.c \
                   client/completion.c client/wait-spin.c client/mailbox.c client/pinned.c client/staging.c \
                   client/testing.c client/view-einsum.c client/einsum-path.c client/einsum-report.c \
-                  client/view-fft.c client/graph.c client/daemon-status.c
+                  client/view-fft.c client/graph.c client/daemon-status.c client/ring.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 BACKEND_SRC := $(wildcard daemon/backend/*.c)
 CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)
@@ -417,6 +417,11 @@ test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS) $
 	  TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_FAILALLOC_DAEMON=$(FAILALLOC_DAEMON) $$t || exit 1; done
 	@echo "== $(BUILD)/tests/test-transfers, the daemon polling (transfers through the mailbox)"
 	@TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=2000 $(BUILD)/tests/test-transfers
+	@for t in $(SOCKET_ROUTE_TESTS); do echo "== $(BUILD)/tests/$$t, sessions through the socket (TENFERRO_RING=off)"; \
+	  TENFERRO_RING=off TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/$$t || exit 1; done
+
+# Suites run a second time with every request on the socket: the ring is the default route.
+SOCKET_ROUTE_TESTS := test-sessions test-operations test-transfers test-einsum test-prepared
 
 # Bounded load test (tests/load/load.c); `make load` runs the long one.
 test-load: $(BUILD)/tenferrod $(BUILD)/tests/load

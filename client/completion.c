@@ -34,16 +34,23 @@
 #define WAIT_SPIN_BYTES_PER_US 4000u /* 4 GB/s */
 #define WAIT_SPIN_MAX_US 20000u
 
-tf_status tf__completion_map(tf_client *c, uint32_t slots, uint32_t mailbox_offset, int fd) {
+tf_status tf__completion_map(tf_client *c, const tf__page_layout *layout, int fd) {
     struct stat sb;
     void *page = MAP_FAILED;
-    if (slots > TF__COMPLETION_SLOTS) slots = TF__COMPLETION_SLOTS;
+    uint32_t slots = layout->slots > TF__COMPLETION_SLOTS ? TF__COMPLETION_SLOTS : layout->slots;
     /* A page shorter than promised would fault (SIGBUS) on its last slots: refuse it. */
     size_t bytes = TF__COMPLETION_PAGE_BYTES;
+    int mailbox = 0;
     if (fstat(fd, &sb) == 0 && (uint64_t)sb.st_size >= bytes) {
         /* The mailbox is used only where this library knows its place and the page holds it. */
-        if (mailbox_offset == TF__MAILBOX_OFFSET && (uint64_t)sb.st_size >= TF__COMPLETION_MAP_BYTES)
-            bytes = TF__COMPLETION_MAP_BYTES;
+        mailbox = layout->mailbox_offset == TF__MAILBOX_OFFSET &&
+                  (uint64_t)sb.st_size >= TF__COMPLETION_MAP_BYTES;
+        if (mailbox) bytes = TF__COMPLETION_MAP_BYTES;
+        /* The ring, wherever the daemon put it, as far as the memfd really reaches. */
+        uint64_t ring_end = (uint64_t)layout->ring_offset + TF_RING_HEADER_BYTES +
+                            layout->ring_request_bytes + layout->ring_reply_bytes;
+        if (mailbox && layout->ring_offset && ring_end <= (uint64_t)sb.st_size && ring_end <= (64u << 20))
+            bytes = (size_t)ring_end;
         page = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     }
     close(fd);
@@ -51,11 +58,11 @@ tf_status tf__completion_map(tf_client *c, uint32_t slots, uint32_t mailbox_offs
         return tf__fail(c, TF_ERR_UNSUPPORTED, "the daemon's completion page is unusable");
     c->completion = page;
     c->completion_bytes = bytes;
-    c->mailbox = bytes == TF__COMPLETION_MAP_BYTES
-                     ? (tf__mailbox *)((uint8_t *)page + TF__MAILBOX_OFFSET)
-                     : NULL;
+    c->mailbox = mailbox ? (tf__mailbox *)((uint8_t *)page + TF__MAILBOX_OFFSET) : NULL;
     c->n_slots = slots;
     c->slot_used[TF__STAGING_SLOT / 64] |= (uint64_t)1 << (TF__STAGING_SLOT % 64);
+    tf__ring_attach(c, page, bytes, layout->ring_offset, layout->ring_request_bytes,
+                    layout->ring_reply_bytes);
     return TF_OK;
 }
 
@@ -63,6 +70,7 @@ void tf__completion_unmap(tf_client *c) {
     if (c->completion) munmap(c->completion, c->completion_bytes);
     c->completion = NULL;
     c->mailbox = NULL;
+    c->ring = NULL;
     c->n_slots = 0;
 }
 

@@ -169,6 +169,7 @@ tf_status tf__send(tf_client *c, Tenferro__Frame *frame) {
                         "request is larger than the daemon's %llu-byte frame maximum",
                         (unsigned long long)c->max_frame_bytes);
     if (st != TF_OK) return tf__fail(c, st, "out of memory encoding a request");
+    if (frame->body_case != TENFERRO__FRAME__BODY_MAILBOX_DOORBELL) c->last_socket_seq = frame->seq;
     st = write_all(c, buf, len);
     free(buf);
     return st;
@@ -260,6 +261,7 @@ tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply) {
 }
 
 tf_status tf__call(tf_client *c, Tenferro__Frame *request, Tenferro__Frame **reply) {
+    if (tf__ring_carries(c, request)) return tf__ring_call(c, request, reply);
     tf_status st = tf__send(c, request);
     if (st != TF_OK) return st;
     return tf__recv(c, request->seq, reply);
@@ -410,11 +412,12 @@ static tf_status handshake(tf_client *c) {
     tf__wait_spin_init(c);
     c->client_id = hr->client_id;
     if (hr->max_frame_bytes >= TF__MIN_MAX_FRAME_BYTES) c->max_frame_bytes = hr->max_frame_bytes;
-    uint32_t slots = hr->completion_slots, mailbox_offset = hr->mailbox_offset;
+    const tf__page_layout layout = {hr->completion_slots, hr->mailbox_offset, hr->ring_offset,
+                                    hr->ring_request_bytes, hr->ring_reply_bytes};
     tf__frame_free(reply);
     /* Without a completion page the client works, but pending transfers are TF_ERR_UNSUPPORTED. */
-    int fd = slots > 0 ? tf__take_fd(c) : -1;
-    if (fd >= 0) tf__completion_map(c, slots, mailbox_offset, fd);
+    int fd = layout.slots > 0 ? tf__take_fd(c) : -1;
+    if (fd >= 0) tf__completion_map(c, &layout, fd);
     return tf__ok(c);
 }
 

@@ -127,6 +127,13 @@ struct tf_client {
     size_t completion_bytes;         /* length of that mapping */
     tf__mailbox *mailbox;            /* its submission mailbox; NULL when none is offered */
     uint32_t n_slots;
+    /* The submission ring in that mapping (ring.c); NULL when none is offered or wanted. */
+    tf_ring_header *ring;
+    uint8_t *ring_requests, *ring_replies;
+    uint32_t ring_request_bytes, ring_reply_bytes;
+    uint64_t ring_req_head, ring_rep_tail; /* this side's positions */
+    uint64_t last_socket_seq;  /* the last frame sent on the socket, doorbells aside */
+    uint64_t ring_requests_sent, ring_doorbells; /* for tests and benchmarks (testing.h) */
     uint64_t slot_used[TF__COMPLETION_SLOTS / 64];     /* slots armed, waited for or detached */
     uint64_t slot_detached[TF__COMPLETION_SLOTS / 64]; /* released: reclaimed once DONE */
     uint32_t slot_spin_us[TF__COMPLETION_SLOTS];       /* how long a wait polls before sleeping */
@@ -231,8 +238,24 @@ void tf__wait_spin_end(tf_client *c, uint64_t started_ns);
 
 /* ---- the completion page (completion.c) ---- */
 
+/* Where HelloReply places the mailbox and the submission ring in the completion page. */
+typedef struct tf__page_layout {
+    uint32_t slots, mailbox_offset;
+    uint32_t ring_offset, ring_request_bytes, ring_reply_bytes;
+} tf__page_layout;
+
 /* Maps the completion page the daemon sent with HelloReply (consumes fd); TF_OK or why not. */
-tf_status tf__completion_map(tf_client *c, uint32_t slots, uint32_t mailbox_offset, int fd);
+tf_status tf__completion_map(tf_client *c, const tf__page_layout *layout, int fd);
+
+/* ---- the submission ring (ring.c) ---- */
+
+/* Takes the ring at `offset` of the mapping when it is well placed and TENFERRO_RING allows it. */
+void tf__ring_attach(tf_client *c, uint8_t *mapping, size_t mapped, uint32_t offset,
+                     uint32_t request_bytes, uint32_t reply_bytes);
+/* 1 when `frame` goes through the ring. */
+int tf__ring_carries(const tf_client *c, const Tenferro__Frame *frame);
+/* Writes the request into the ring (the socket when it does not fit) and reads its reply. */
+tf_status tf__ring_call(tf_client *c, Tenferro__Frame *request, Tenferro__Frame **reply);
 /* Unmaps the completion page. */
 void tf__completion_unmap(tf_client *c);
 /* Takes a free slot for a pending transfer (reclaiming released ones that finished), or TF_ERR_BUSY. */

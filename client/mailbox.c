@@ -29,7 +29,7 @@ tf_status tf__mailbox_submit(tf_client *c, uint32_t direction, uint64_t buffer, 
     m->offset = 0;
     m->bytes = bytes;
     m->slot = slot;
-    m->after_seq = c->next_seq;
+    m->after_seq = c->last_socket_seq; /* ring requests before it are answered already */
     m->client_sleeping = 0;
     __atomic_store_n(&m->state, (uint32_t)TF__MAILBOX_SUBMITTED, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&m->daemon_polling, __ATOMIC_SEQ_CST)) return TF_OK;

@@ -6,6 +6,22 @@ void tfd_busy_poll_set(tfd_busy_poll *bp, uint64_t window_us) {
     atomic_store_explicit(&bp->window_ns, window_us * 1000u, memory_order_relaxed);
 }
 
+void tfd_busy_poll_ring_set(tfd_busy_poll *bp, uint64_t window_us) {
+    atomic_store_explicit(&bp->ring_window_ns, window_us * 1000u, memory_order_relaxed);
+}
+
+void tfd_busy_poll_ring_touch(tfd_busy_poll *bp) {
+    if (atomic_load_explicit(&bp->ring_window_ns, memory_order_relaxed))
+        atomic_store_explicit(&bp->ring_last_ns, tf__now_ns(), memory_order_relaxed);
+}
+
+/* 1 while the loop's ring window after the last ring reply is open. */
+static int ring_recent(tfd_busy_poll *bp) {
+    uint64_t window = atomic_load_explicit(&bp->ring_window_ns, memory_order_relaxed);
+    if (!window) return 0;
+    return tf__now_ns() - atomic_load_explicit(&bp->ring_last_ns, memory_order_relaxed) < window;
+}
+
 void tfd_busy_poll_touch(tfd_busy_poll *bp) {
     if (atomic_load_explicit(&bp->window_ns, memory_order_relaxed))
         atomic_store_explicit(&bp->last_ns, tf__now_ns(), memory_order_relaxed);
@@ -34,7 +50,7 @@ int tfd_busy_poll_active(tfd_busy_poll *bp) {
 void tfd_loop_run(uv_loop_t *loop, tfd_busy_poll *bp, const tfd_loop_poller *poller) {
     for (;;) {
         int more;
-        if (tfd_busy_poll_active(bp)) {
+        if (tfd_busy_poll_active(bp) || ring_recent(bp)) {
             poller->polling(poller->arg, 1);
             /* UV_RUN_NOWAIT polls the descriptors with a zero timeout. */
             more = uv_run(loop, UV_RUN_NOWAIT);

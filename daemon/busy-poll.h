@@ -22,10 +22,19 @@ typedef struct tfd_busy_poll {
     atomic_uint_fast64_t window_ns; /* how long to poll after the last activity */
     atomic_uint_fast64_t last_ns;   /* CLOCK_MONOTONIC of the last activity */
     atomic_int holds;               /* work in flight that keeps the window open */
+    /* The loop alone also polls for ring_window_ns after a reply written to a submission ring. */
+    atomic_uint_fast64_t ring_window_ns;
+    atomic_uint_fast64_t ring_last_ns;
 } tfd_busy_poll;
 
 /* Sets the window (0 = never poll). */
 void tfd_busy_poll_set(tfd_busy_poll *bp, uint64_t window_us);
+
+/* Sets how long the loop looks at submission rings after answering one (0 = not at all). */
+void tfd_busy_poll_ring_set(tfd_busy_poll *bp, uint64_t window_us);
+
+/* A reply went into a submission ring: the loop polls for the client's next request a while. */
+void tfd_busy_poll_ring_touch(tfd_busy_poll *bp);
 
 /* Notes activity now: the window starts again. */
 void tfd_busy_poll_touch(tfd_busy_poll *bp);

@@ -353,6 +353,7 @@ static const setting settings[] = {
     {"limits", "loop_slice_us", "loop-slice-us", AT(loop_slice_us), set_u64, 1, "how long one connection's input may hold the loop (2000)"},
     {"daemon", "log_level", "log-level", AT(log_level), set_level, 1, "error, warn, info or debug"},
     {"daemon", "busy_poll_us", "busy-poll-us", AT(busy_poll_us), set_busy_poll, 1, "us the loop and completion thread poll after activity (auto: 500 cuda, 0 cpu)"},
+    {"daemon", "ring_spin_us", "ring-spin-us", AT(ring_spin_us), set_int, 1, "us the loop polls submission rings after answering one (50; 0 = never)"},
     {"admission", "policy", "reservation-policy", AT(policy), set_policy, 1, "reject or wait"},
     {"admission", "wait_deadline_ms", "wait-deadline-ms", AT(wait_deadline_ms), set_u64, 1, "queued opener deadline (10000)"},
     {"quota.client", "device_bytes", "client-device-bytes", AT(client_quota.device_bytes), set_u64, 1, "per client (0 = unlimited)"},
@@ -406,6 +407,7 @@ void tfd_options_defaults(tfd_options *opt) {
     opt->loop_slice_us = 2000;
     opt->log_level = TFD_LOG_INFO;
     opt->busy_poll_us = -1;
+    opt->ring_spin_us = 50;
     opt->contraction_plans = TFD_CONTRACT_PLANS_DEFAULT;
     opt->prepared_graphs = 64;
     opt->max_graph_nodes = 4096;

@@ -17,6 +17,7 @@
 #include "daemon/executor.h"
 #include "daemon/pinned.h"
 #include "daemon/reservation.h"
+#include "daemon/ring.h"
 #include "daemon/server.h"
 #include "daemon/tensor-table.h"
 
@@ -73,6 +74,7 @@ struct tfd_conn {
     tf__completion_slot *completion; /* the daemon's mapping of the client's completion page */
     tf__mailbox *mailbox;            /* the submission mailbox in that mapping */
     uint64_t dispatched_seq;         /* highest sequence number of a frame handled so far */
+    tfd_ring ring;                   /* the submission ring in that mapping (ring.c) */
     tfd_pinned_table buffers;
     /* Each slot's transfer: in flight, or completed and kept until the slot is used again. */
     struct tfd_transfer *transfers[TF__COMPLETION_SLOTS];
@@ -96,11 +98,15 @@ void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_conn_send_with_fd(tfd_conn *c, Tenferro__Frame *frame, int fd);
 /* Sends `result` as the answer to request `seq`, with file descriptor `fd` attached unless it is -1. */
 void tfd_conn_send_result(tfd_conn *c, uint64_t seq, Tenferro__Result *result, int fd);
+/* Counts a decoded request (from the socket or the ring) in and hands it to its handler. */
+void tfd_conn_dispatch_frame(tfd_conn *c, Tenferro__Frame *frame);
 /* Sends a Result frame answering request `seq`. */
 void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 /* Reports a protocol error to the peer if possible and closes this connection only. */
 void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Ends the connection over memory the daemon could not get for `what`, with a typed last word. */
+void tfd_conn_fail_no_memory(tfd_conn *c, const char *what);
 /* Starts closing: frees the connection's tensors, drains its stream, releases what it held. */
 void tfd_conn_close(tfd_conn *c);
 /*

@@ -108,6 +108,7 @@ static uint8_t *encode(tfd_conn *c, Tenferro__Frame *frame, size_t *len) {
 
 void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame) {
     if (c->pipe_closed || uv_is_closing((uv_handle_t *)&c->pipe)) return;
+    if (tfd_ring_reply(c, frame)) return;
     size_t len;
     uint8_t *bytes = encode(c, frame, &len);
     if (!bytes) return;
@@ -312,7 +313,7 @@ void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) {
  * requests cannot be read, so it is told why (TF_ERR_NO_MEMORY, not a
  * protocol error: the client did nothing wrong) and closed.
  */
-static void fail_out_of_memory(tfd_conn *c, const char *what) {
+void tfd_conn_fail_no_memory(tfd_conn *c, const char *what) {
     tfd_log(TFD_LOG_ERROR, "client %llu (pid %d, %s): out of memory %s; closing this connection",
             (unsigned long long)c->client_id, (int)c->pid, c->name, what);
     tfd_conn_reply(c, 0, TF_ERR_NO_MEMORY, "tenferrod is out of memory %s; the connection is closed",
@@ -512,7 +513,7 @@ static void refuse_input(tfd_conn *c, tf_status st, const char *msg) {
         tfd_conn_close(c);
         return;
     }
-    fail_out_of_memory(c, "reading a frame");
+    tfd_conn_fail_no_memory(c, "reading a frame");
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -528,10 +529,11 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
     *buf = uv_buf_init((char *)c->rbuf + end, (unsigned)(c->rcap - end));
 }
 
-/* Counts a decoded frame in and hands it to its handler. */
-static void dispatch_decoded(tfd_conn *c, Tenferro__Frame *frame) {
+void tfd_conn_dispatch_frame(tfd_conn *c, Tenferro__Frame *frame) {
     c->srv->counters.frames_received++;
-    if (frame->seq > c->dispatched_seq) c->dispatched_seq = frame->seq;
+    /* A doorbell only wakes: the ring entry it rings for carries an earlier number. */
+    if (frame->seq > c->dispatched_seq && frame->body_case != TENFERRO__FRAME__BODY_MAILBOX_DOORBELL)
+        c->dispatched_seq = frame->seq;
     int had_hello = c->hello_done;
     tfd_dispatch(c, frame);
     if (!had_hello && c->hello_done) stop_hello_timer(c);
@@ -540,7 +542,7 @@ static void dispatch_decoded(tfd_conn *c, Tenferro__Frame *frame) {
 /* Ends the connection over a frame that did not decode, saying why (memory, budget, or malformed). */
 static void decode_failed(tfd_conn *c, tf_status st, uint32_t len) {
     if (st == TF_ERR_NO_MEMORY)
-        fail_out_of_memory(c, "decoding a frame");
+        tfd_conn_fail_no_memory(c, "decoding a frame");
     else if (st == TF_ERR_QUOTA)
         tfd_conn_fail(c, "a frame of %u bytes decodes into more than %llu bytes of messages: send "
                          "at most %d operations per Submit",
@@ -587,7 +589,7 @@ static void decode_done(uv_work_t *w, int status) {
         decode_failed(c, st, len);
         return;
     }
-    dispatch_decoded(c, frame);
+    tfd_conn_dispatch_frame(c, frame);
     tfd_conn_resume(c);
 }
 
@@ -652,7 +654,7 @@ static void parse_frames(tfd_conn *c) {
             decode_failed(c, st, len);
             return;
         }
-        dispatch_decoded(c, frame);
+        tfd_conn_dispatch_frame(c, frame);
         handled++;
     }
     if (c->rlen == 0) {
@@ -672,6 +674,7 @@ static void serve_input(tfd_conn *c) {
     tfd_conn_reap_transfers(c);
     parse_frames(c);
     (void)tfd_conn_poll_mailbox(c);
+    (void)tfd_conn_poll_ring(c);
     if (c->peer_eof && !c->paused && !c->closing) tfd_conn_eof_progress(c);
 }
 

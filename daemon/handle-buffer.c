@@ -183,6 +183,7 @@ void tfd_conn_buffers_release(tfd_conn *c, int all) {
     c->srv->counters.pinned_bytes_live -= bytes;
     if (!all) return;
     tfd_pinned_table_free(&c->buffers);
+    tfd_ring_detach(c);
     tfd_completion_page_destroy(c->completion);
     c->completion = NULL;
 }

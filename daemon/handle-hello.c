@@ -70,6 +70,8 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         return;
     }
     c->mailbox = (tf__mailbox *)((uint8_t *)c->completion + TF__MAILBOX_OFFSET);
+    /* Without memory for its copy-out buffer the connection simply has no ring. */
+    const int ring = tfd_ring_attach(c, (uint8_t *)c->completion) == 0;
     __atomic_store_n(&c->mailbox->daemon_polling, (uint32_t)srv->mailboxes_polled, __ATOMIC_SEQ_CST);
     c->hello_done = 1;
     tfd_log(TFD_LOG_INFO, "client %llu connected: pid %d uid %u name %s priority %d",
@@ -84,6 +86,11 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
     reply.daemon_version = TFD_VERSION_STRING;
     reply.completion_slots = (uint32_t)TF__COMPLETION_SLOTS;
     reply.mailbox_offset = TF__MAILBOX_OFFSET;
+    if (ring) {
+        reply.ring_offset = TF_RING_OFFSET;
+        reply.ring_request_bytes = TF_RING_REQUEST_BYTES;
+        reply.ring_reply_bytes = TF_RING_REPLY_BYTES;
+    }
     out.seq = seq;
     out.body_case = TENFERRO__FRAME__BODY_HELLO_REPLY;
     out.hello_reply = &reply;

@@ -61,14 +61,17 @@ int tfd_conn_poll_mailbox(tfd_conn *c) {
     return 1;
 }
 
+/* A doorbell rings for the mailbox and the submission ring alike (ring.c). */
 void tfd_handle_mailbox_doorbell(tfd_conn *c, Tenferro__Frame *frame) {
     tf__frame_free(frame);
     (void)tfd_conn_poll_mailbox(c);
+    (void)tfd_conn_poll_ring(c);
 }
 
 int tfd_server_poll_mailboxes(tfd_server *srv) {
     int served = 0;
-    for (tfd_conn *c = srv->conns; c; c = c->next) served += tfd_conn_poll_mailbox(c);
+    for (tfd_conn *c = srv->conns; c; c = c->next)
+        served += tfd_conn_poll_mailbox(c) + tfd_conn_poll_ring(c);
     return served;
 }
 

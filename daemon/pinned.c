@@ -155,7 +155,7 @@ tf_status tfd_completion_page_create(tf__completion_slot **page, int *fd, char *
                                      size_t msg_len) {
     void *map;
     size_t mapped;
-    tf_status st = tfd_memfd_create("tenferro-completion", TF__COMPLETION_MAP_BYTES, &map, &mapped,
+    tf_status st = tfd_memfd_create("tenferro-completion", TF_RING_MAP_BYTES, &map, &mapped,
                                     fd, msg, msg_len);
     if (st != TF_OK) return st;
     *page = map;
@@ -163,7 +163,7 @@ tf_status tfd_completion_page_create(tf__completion_slot **page, int *fd, char *
 }
 
 void tfd_completion_page_destroy(tf__completion_slot *page) {
-    if (page) munmap(page, TF__COMPLETION_MAP_BYTES);
+    if (page) munmap(page, TF_RING_MAP_BYTES);
 }
 
 void tfd_completion_post(tf__completion_slot *page, uint32_t slot, tf_status status) {

@@ -76,8 +76,8 @@ void tfd_pinned_table_release(tfd_pinned_table *t, int keep_busy,
                               uint64_t *bytes);
 
 /*
- * Creates a client's completion page: TF__COMPLETION_MAP_BYTES of sealed,
- * zeroed memfd, the slots followed by the submission mailbox.
+ * Creates a client's completion page: TF_RING_MAP_BYTES of sealed, zeroed
+ * memfd, the slots followed by the submission mailbox and the submission ring.
  */
 tf_status tfd_completion_page_create(tf__completion_slot **page, int *fd, char *msg,
                                      size_t msg_len);

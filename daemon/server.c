@@ -122,6 +122,7 @@ static void apply_busy_poll(tfd_server *srv) {
     int us = srv->opt.busy_poll_us;
     if (us < 0) us = srv->backend.vt->copies_enqueue_only ? 500 : 0;
     tfd_busy_poll_set(&srv->busy_poll, (uint64_t)us);
+    tfd_busy_poll_ring_set(&srv->busy_poll, (uint64_t)(srv->opt.ring_spin_us > 0 ? srv->opt.ring_spin_us : 0));
 }
 
 /*
@@ -166,6 +167,7 @@ void tfd_server_reload(tfd_server *srv) {
     cur->n_priorities = next.n_priorities;
     tfd_log_set_level((tfd_log_level)cur->log_level);
     cur->busy_poll_us = next.busy_poll_us;
+    cur->ring_spin_us = next.ring_spin_us;
     apply_busy_poll(srv);
     cur->contraction_plans = next.contraction_plans;
     tfd_contract_cache_set_capacity(tfd_contract_plans(), cur->contraction_plans);

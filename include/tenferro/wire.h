@@ -69,6 +69,59 @@ typedef struct tf_mailbox {
     char message[256];        /* 64: the answer's reason when refused, NUL-terminated */
 } tf_mailbox;
 
+/*
+ * The submission ring, in the pages after the mailbox (HelloReply's
+ * ring_offset, ring_request_bytes, ring_reply_bytes; 0: none offered). A
+ * header page of four cache lines, then the request area, then the reply
+ * area. Each area holds entries back to back, each a tf_ring_entry then
+ * `bytes` bytes of an encoded tenferro.Frame (without the socket's length
+ * prefix), padded to a multiple of 8; an entry may wrap around the end of
+ * its area. Offsets are byte counts since the connection began: position p
+ * lies at p % area_bytes.
+ *
+ * The client writes a request entry at req_head, then stores req_head past
+ * it and reads daemon_polling in the mailbox (both sequentially consistent):
+ * on 0 it sends a MailboxDoorbell frame. The daemon reads entries up to
+ * req_head, each only once every frame with a sequence number up to its
+ * after_seq has been handled, copies it out of the shared page before it
+ * checks it, handles it exactly as the same frame sent on the socket, and
+ * stores req_tail past it. A reply to a ring request is written at rep_head
+ * in the reply area; the daemon then stores rep_head, increments rep_count
+ * and wakes a FUTEX_WAIT on rep_count when client_sleeping is 1. The client
+ * reads it and stores rep_tail past it. Only Submit, SessionOpen and
+ * SessionRelease frames may travel in the ring; a frame is sent on the
+ * socket only once every ring request has been answered, and the reverse.
+ */
+typedef struct tf_ring_header {
+    uint64_t req_head;        /* 0: client: request bytes written */
+    uint64_t pad0[7];
+    uint64_t req_tail;        /* 64: daemon: request bytes consumed */
+    uint64_t pad1[7];
+    uint64_t rep_head;        /* 128: daemon: reply bytes written */
+    uint32_t rep_count;       /* 136: daemon: replies written (the futex word) */
+    uint32_t client_sleeping; /* 140: client: 1 while it sleeps on rep_count */
+    uint64_t pad2[6];
+    uint64_t rep_tail;        /* 192: client: reply bytes read */
+    uint64_t pad3[7];
+} tf_ring_header;
+
+typedef struct tf_ring_entry {
+    uint32_t bytes;     /* 0: length of the encoded frame that follows */
+    uint32_t reserved;  /* 4: 0 */
+    uint64_t seq;       /* 8: the frame's sequence number, repeated */
+    uint64_t after_seq; /* 16: the last frame sent on the socket before this one */
+} tf_ring_entry;
+
+/* Where this daemon places the ring and how large its areas are. */
+#define TF_RING_OFFSET TF_COMPLETION_MAP_BYTES
+#define TF_RING_HEADER_BYTES 4096u
+#define TF_RING_REQUEST_BYTES (64u << 10)
+#define TF_RING_REPLY_BYTES (16u << 10)
+#define TF_RING_MAP_BYTES \
+    (TF_RING_OFFSET + TF_RING_HEADER_BYTES + TF_RING_REQUEST_BYTES + TF_RING_REPLY_BYTES)
+
+_Static_assert(sizeof(tf_ring_header) == 256, "the ring header is four cache lines");
+_Static_assert(sizeof(tf_ring_entry) == 24, "a ring entry header has no padding");
 _Static_assert(sizeof(tf_completion_slot) == 8, "a slot is two words");
 _Static_assert(sizeof(tf_mailbox) == 320, "the mailbox has no padding");
 
