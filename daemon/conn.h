@@ -98,7 +98,7 @@ void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_conn_send_with_fd(tfd_conn *c, Tenferro__Frame *frame, int fd);
 /* Sends `result` as the answer to request `seq`, with file descriptor `fd` attached unless it is -1. */
 void tfd_conn_send_result(tfd_conn *c, uint64_t seq, Tenferro__Result *result, int fd);
-/* Counts a decoded request (from the socket or the ring) in and hands it to its handler. */
+/* Hands a decoded request (from the socket or the ring) to its handler, noting its sequence number. */
 void tfd_conn_dispatch_frame(tfd_conn *c, Tenferro__Frame *frame);
 /* Sends a Result frame answering request `seq`. */
 void tfd_conn_reply(tfd_conn *c, uint64_t seq, tf_status status, const char *fmt, ...)

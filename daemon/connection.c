@@ -530,7 +530,6 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 }
 
 void tfd_conn_dispatch_frame(tfd_conn *c, Tenferro__Frame *frame) {
-    c->srv->counters.frames_received++;
     /* A doorbell only wakes: the ring entry it rings for carries an earlier number. */
     if (frame->seq > c->dispatched_seq && frame->body_case != TENFERRO__FRAME__BODY_MAILBOX_DOORBELL)
         c->dispatched_seq = frame->seq;
@@ -589,6 +588,7 @@ static void decode_done(uv_work_t *w, int status) {
         decode_failed(c, st, len);
         return;
     }
+    c->srv->counters.frames_received++;
     tfd_conn_dispatch_frame(c, frame);
     tfd_conn_resume(c);
 }
@@ -654,7 +654,8 @@ static void parse_frames(tfd_conn *c) {
             decode_failed(c, st, len);
             return;
         }
-        tfd_conn_dispatch_frame(c, frame);
+        c->srv->counters.frames_received++;
+    tfd_conn_dispatch_frame(c, frame);
         handled++;
     }
     if (c->rlen == 0) {

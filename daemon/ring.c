@@ -176,7 +176,6 @@ int tfd_ring_reply(tfd_conn *c, Tenferro__Frame *frame) {
     __atomic_store_n(&r->header->rep_count, ++r->rep_count, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&r->header->client_sleeping, __ATOMIC_SEQ_CST))
         syscall(SYS_futex, &r->header->rep_count, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-    c->srv->counters.frames_sent++;
     /* The client's next request is likely microseconds away: look for it without sleeping. */
     tfd_busy_poll_ring_touch(&c->srv->busy_poll);
     return 1;
