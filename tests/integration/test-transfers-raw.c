@@ -469,7 +469,7 @@ START_TEST(test_completion_page_with_hello) {
     ck_assert_msg(page_fd >= 0, "no descriptor came with HelloReply");
     struct stat st;
     ck_assert_int_eq(fstat(page_fd, &st), 0);
-    ck_assert_int_eq(st.st_size, TF__COMPLETION_MAP_BYTES);
+    ck_assert_int_eq(st.st_size, TF_RING_MAP_BYTES); /* the slots, the mailbox and the submission ring */
     int seals = fcntl(page_fd, F_GET_SEALS);
     ck_assert_msg(seals >= 0, "the page is not a sealable memfd: %s", strerror(errno));
     ck_assert_msg((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
