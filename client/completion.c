@@ -9,6 +9,7 @@
  * steps and checks the connection between them.
  */
 #include <errno.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdint.h>
 #include <sys/mman.h>
@@ -137,13 +138,21 @@ void tf__slot_detach(tf_client *c, uint32_t slot) {
     c->slot_detached[slot / 64] |= (uint64_t)1 << (slot % 64);
 }
 
-/* Polls *word for up to spin_us microseconds; returns 1 once it no longer holds `value`. */
+/*
+ * Polls *word for up to spin_us microseconds; returns 1 once it no longer
+ * holds `value`. Every few microseconds it yields the core: on a machine with
+ * fewer cores than runnable threads, the daemon thread that is to write the
+ * word may be waiting for this very core.
+ */
 static int spin_while(uint32_t *word, uint32_t value, uint32_t spin_us) {
     const uint64_t start = tf__now_ns(), limit = (uint64_t)spin_us * 1000u;
     for (unsigned i = 1;; i++) {
         if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value) return 1;
         tf__cpu_relax();
-        if ((i & 63) == 0 && tf__now_ns() - start > limit) return 0;
+        if ((i & 63) == 0) {
+            if (tf__now_ns() - start > limit) return 0;
+            sched_yield();
+        }
     }
 }
 

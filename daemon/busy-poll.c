@@ -1,4 +1,6 @@
 /* Busy polling (see busy-poll.h). */
+#include <sched.h>
+
 #include "common/spin.h"
 #include "daemon/busy-poll.h"
 
@@ -50,11 +52,14 @@ int tfd_busy_poll_active(tfd_busy_poll *bp) {
 void tfd_loop_run(uv_loop_t *loop, tfd_busy_poll *bp, const tfd_loop_poller *poller) {
     for (;;) {
         int more;
-        if (tfd_busy_poll_active(bp) || ring_recent(bp)) {
+        const int window = tfd_busy_poll_active(bp);
+        if (window || ring_recent(bp)) {
             poller->polling(poller->arg, 1);
             /* UV_RUN_NOWAIT polls the descriptors with a zero timeout. */
             more = uv_run(loop, UV_RUN_NOWAIT);
             if (poller->poll(poller->arg)) tfd_busy_poll_touch(bp);
+            /* Polling for rings alone happens on the CPU backend too: leave the core to a worker that needs it. */
+            else if (!window) sched_yield();
         } else {
             poller->polling(poller->arg, 0);
             if (poller->poll(poller->arg)) {
