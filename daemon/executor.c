@@ -63,6 +63,10 @@ struct tfd_executor {
     int device_lost_reported;
     atomic_int health_due; /* a worker saw a device error: the loop asks the backend's health */
 
+    /* Copies the loop issued itself (tfd_stream_execute_now), watched once it has answered. */
+    int issuing_on_loop;
+    tfd_item *watch_head, *watch_tail;
+
     pthread_mutex_t done_lock; /* completed items for the loop */
     tfd_item *done_head, *done_tail;
     int done_fd;        /* eventfd: readable while completed items wait for the loop */
@@ -231,18 +235,67 @@ static void note_failure(tfd_stream *s, tfd_item *it, tf_status st, const char *
 #define COPY_WATCH_BASE_NS 8000u
 #define COPY_WATCH_MAX_NS 100000u
 
-/* 1 when item it's copy (the last work on the stream) completed within its expected time. */
-static int copy_done_soon(tfd_executor *ex, tfd_stream *s, const tfd_item *it) {
-    if ((it->type != TFD_ITEM_READ && it->type != TFD_ITEM_WRITE) || !ex->be->vt->stream_done)
+/* 1 when item it is a copy worth watching: small enough to end within the watch. */
+static int copy_watchable(tfd_executor *ex, const tfd_item *it) {
+    if ((it->type != TFD_ITEM_READ && it->type != TFD_ITEM_WRITE) || !ex->be->vt->event_done)
         return 0;
-    uint64_t expect = COPY_WATCH_BASE_NS + it->u.copy.bytes / COPY_WATCH_BYTES_PER_NS;
-    if (expect > COPY_WATCH_MAX_NS) return 0;
+    return COPY_WATCH_BASE_NS + it->u.copy.bytes / COPY_WATCH_BYTES_PER_NS <= COPY_WATCH_MAX_NS;
+}
+
+/* 1 when the event recorded after copy item it completed within about the copy's expected time. */
+static int copy_done_soon(tfd_executor *ex, const tfd_item *it, void *event) {
+    const uint64_t expect = COPY_WATCH_BASE_NS + it->u.copy.bytes / COPY_WATCH_BYTES_PER_NS;
     const uint64_t start = tf__now_ns();
     do {
-        if (ex->be->vt->stream_done(ex->be, s->native)) return 1;
+        if (ex->be->vt->event_done(ex->be, event)) return 1;
         tf__cpu_relax();
     } while (tf__now_ns() - start < expect);
     return 0;
+}
+
+/* Publishes an item whose event completed: its status, its early callback, then the loop's. */
+static void publish_completed(tfd_executor *ex, tfd_item *it, void *event) {
+    char msg[256] = "";
+    tf_status st = ex->be->vt->event_wait(ex->be, event, msg, sizeof msg);
+    ex->be->vt->event_destroy(ex->be, event);
+    if (st != TF_OK && it->outcome.status == TF_OK) {
+        it->outcome.status = st;
+        it->outcome.batch = it->batch;
+        it->outcome.index = it->index;
+        snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
+        atomic_fetch_add(&ex->counters.execution_errors, 1);
+    }
+    if (it->early) it->early(it);
+    post_done(ex, it);
+}
+
+/* Hands an item and its recorded event to the completion thread. */
+static void queue_for_event(tfd_executor *ex, tfd_item *it, void *event) {
+    it->event = event;
+    it->next = NULL;
+    pthread_mutex_lock(&ex->event_lock);
+    if (ex->event_tail)
+        ex->event_tail->next = it;
+    else
+        ex->event_head = it;
+    ex->event_tail = it;
+    atomic_fetch_add_explicit(&ex->events_queued, 1, memory_order_relaxed);
+    pthread_cond_signal(&ex->event_wake);
+    pthread_mutex_unlock(&ex->event_lock);
+}
+
+void tfd_executor_watch_copies(tfd_executor *ex) {
+    while (ex->watch_head) {
+        tfd_item *it = ex->watch_head;
+        ex->watch_head = it->next;
+        if (!ex->watch_head) ex->watch_tail = NULL;
+        void *event = it->event;
+        it->event = NULL;
+        if (copy_done_soon(ex, it, event))
+            publish_completed(ex, it, event);
+        else
+            queue_for_event(ex, it, event);
+    }
 }
 
 /* Sends an item someone waits for down the completion path: at once, or via its event. */
@@ -260,31 +313,24 @@ static void complete_item(tfd_stream *s, tfd_item *it) {
         post_done(ex, it);
         return;
     }
-    if (copy_done_soon(ex, s, it)) {
-        st = ex->be->vt->event_wait(ex->be, event, msg, sizeof msg);
-        ex->be->vt->event_destroy(ex->be, event);
-        if (st != TF_OK && it->outcome.status == TF_OK) {
-            it->outcome.status = st;
-            it->outcome.batch = it->batch;
-            it->outcome.index = it->index;
-            snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
-            atomic_fetch_add(&ex->counters.execution_errors, 1);
+    if (copy_watchable(ex, it)) {
+        if (ex->issuing_on_loop) {
+            /* The loop answers its request first, then watches (tfd_executor_watch_copies). */
+            it->event = event;
+            it->next = NULL;
+            if (ex->watch_tail)
+                ex->watch_tail->next = it;
+            else
+                ex->watch_head = it;
+            ex->watch_tail = it;
+            return;
         }
-        if (it->early) it->early(it);
-        post_done(ex, it);
-        return;
+        if (copy_done_soon(ex, it, event)) {
+            publish_completed(ex, it, event);
+            return;
+        }
     }
-    it->event = event;
-    it->next = NULL;
-    pthread_mutex_lock(&ex->event_lock);
-    if (ex->event_tail)
-        ex->event_tail->next = it;
-    else
-        ex->event_head = it;
-    ex->event_tail = it;
-    atomic_fetch_add_explicit(&ex->events_queued, 1, memory_order_relaxed);
-    pthread_cond_signal(&ex->event_wake);
-    pthread_mutex_unlock(&ex->event_lock);
+    queue_for_event(ex, it, event);
 }
 
 /*
@@ -547,6 +593,7 @@ void tfd_executor_stop(tfd_executor *ex) {
     pthread_cond_broadcast(&ex->wake);
     pthread_mutex_unlock(&ex->lock);
     for (int i = 0; i < ex->n_workers; i++) pthread_join(ex->workers[i], NULL);
+    tfd_executor_watch_copies(ex); /* nothing the loop issued is left unwatched */
     pthread_mutex_lock(&ex->event_lock);
     ex->event_stopping = 1;
     pthread_cond_broadcast(&ex->event_wake);
@@ -661,7 +708,9 @@ int tfd_stream_execute_now(tfd_stream *s, tfd_item *item) {
     s->awaiting += item->done != NULL;
     item->stream = s;
     item->next = NULL;
+    s->ex->issuing_on_loop = 1;
     execute_item(s, item);
+    s->ex->issuing_on_loop = 0;
     atomic_fetch_add(&s->ex->counters.items_executed, 1);
     return 1;
 }

@@ -208,6 +208,14 @@ void tfd_item_pool_drain(void);
  */
 int tfd_stream_execute_now(tfd_stream *s, tfd_item *item);
 
+/*
+ * Loop thread, once the requests of this turn are answered: watches the
+ * copies tfd_stream_execute_now issued for about their own time, publishing
+ * each that ends meanwhile from here and handing the others to the
+ * completion thread, which would otherwise have to wake for each.
+ */
+void tfd_executor_watch_copies(tfd_executor *ex);
+
 /* Appends a chain of items (linked through ->next, `count` of them) to the stream. */
 void tfd_stream_enqueue(tfd_stream *s, tfd_item *first, tfd_item *last, uint64_t count);
 

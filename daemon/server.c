@@ -107,8 +107,17 @@ static void on_device_lost(void *arg, const char *reason) {
     tfd_server_begin_shutdown(srv);
 }
 
-/* The loop's poller (busy-poll.h): the clients' submission mailboxes. */
-static int poll_mailboxes(void *arg) { return tfd_server_poll_mailboxes(arg); }
+/*
+ * The loop's poller (busy-poll.h): the clients' submission mailboxes and
+ * rings, then the copies the loop issued itself this turn, watched now that
+ * their requests are answered.
+ */
+static int poll_mailboxes(void *arg) {
+    tfd_server *srv = arg;
+    int served = tfd_server_poll_mailboxes(srv);
+    tfd_executor_watch_copies(srv->ex);
+    return served;
+}
 static void mailboxes_polled(void *arg, int on) { tfd_server_mailboxes_polled(arg, on); }
 
 /*

@@ -143,7 +143,8 @@ typedef struct tfd_backend_vtable {
      * Completion. event_record marks "everything enqueued on stream so far";
      * it may set *event to NULL when that work is already complete (CPU).
      * event_wait blocks until the event completes and reports a device error
-     * seen by then; it is only called from the completion thread.
+     * seen by then; it is called from the completion thread, and by the
+     * thread that issued a copy once event_done said the event completed.
      */
     tf_status (*event_record)(tfd_backend *be, void *stream, void **event, char *msg, size_t msg_len);
     tf_status (*event_wait)(tfd_backend *be, void *event, char *msg, size_t msg_len);
@@ -155,6 +156,13 @@ typedef struct tfd_backend_vtable {
      * thread may ask; it answers an idle stream's synchronize at once.
      */
     int (*stream_done)(tfd_backend *be, void *stream);
+
+    /*
+     * Optional, for asynchronous backends: 1 when the recorded event has
+     * completed (an error included: event_wait then reports it), else 0.
+     * Never waits; any thread may ask.
+     */
+    int (*event_done)(tfd_backend *be, void *event);
 
     /*
      * Optional (NULL = always healthy): TF_OK while the device can still be

@@ -1016,6 +1016,13 @@ static tf_status cuda_trim(tfd_backend *be, char *msg, size_t msg_len) {
     return TF_OK;
 }
 
+/* Whether a recorded event has completed (or failed); cudaEventQuery never waits. */
+static int cuda_event_done(tfd_backend *be, void *event) {
+    char msg[64];
+    if (!event || enter(be->impl, msg, sizeof msg) != TF_OK) return 1;
+    return cudaEventQuery((cudaEvent_t)event) != cudaErrorNotReady;
+}
+
 /* Whether the device has finished everything on the stream; cudaStreamQuery never waits. */
 static int cuda_stream_done(tfd_backend *be, void *stream) {
     cuda_impl *impl = be->impl;
@@ -1115,6 +1122,7 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,
     .stream_done = cuda_stream_done,
+    .event_done = cuda_event_done,
     .health = cuda_health,
     .trim = cuda_trim,
     .host_register = cuda_host_register,
