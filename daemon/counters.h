@@ -45,6 +45,7 @@
     X(transfers_failed)       \
     X(transfers_detached)     \
     X(mailbox_requests)       \
+    X(pinned_buffers_huge)    \
     X(ring_requests)          \
     X(graphs_prepared)        \
     X(graphs_refused)         \

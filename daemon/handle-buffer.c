@@ -89,9 +89,11 @@ static void on_created(void *arg, tf_status st, const tfd_pinned *b, int fd, con
     }
     *rec = *b;
     srv->counters.pinned_buffers_created++;
-    tfd_log(TFD_LOG_DEBUG, "client %llu: pinned buffer %llu of %llu bytes created%s",
+    if (b->huge) srv->counters.pinned_buffers_huge++;
+    tfd_log(TFD_LOG_DEBUG, "client %llu: pinned buffer %llu of %llu bytes created%s%s",
             (unsigned long long)c->client_id, (unsigned long long)cr->id,
-            (unsigned long long)cr->bytes, b->registered ? " and registered" : "");
+            (unsigned long long)cr->bytes, b->huge ? " on huge pages" : "",
+            b->registered ? " and registered" : "");
     Tenferro__Result result = TENFERRO__RESULT__INIT;
     result.status = TF_OK;
     result.message = "";

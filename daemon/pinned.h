@@ -30,6 +30,7 @@ typedef struct tfd_pinned {
     size_t bytes;   /* the memfd's sealed size */
     size_t mapped;  /* bytes mapped and registered: bytes rounded up to whole pages */
     int registered; /* the backend page-locked the mapping */
+    int huge;       /* on 2 MiB pages from the system's huge page pool (pinned.c) */
     int in_flight;  /* a transfer uses it: it may be neither freed nor used by another */
     int creating;   /* reserved while its memfd is made off the loop: not usable yet */
 } tfd_pinned;
