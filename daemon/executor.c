@@ -66,6 +66,13 @@ struct tfd_executor {
     /* Copies the loop issued itself (tfd_stream_execute_now), watched once it has answered. */
     int issuing_on_loop;
     tfd_item *watch_head, *watch_tail;
+    /*
+     * Items handed to the completion thread and not yet posted, and copies in
+     * the loop's watch list: while either is nonzero, no copy is published
+     * past them (completions, and the replies they send, keep their order).
+     */
+    atomic_uint events_unposted;
+    atomic_uint watching;
 
     pthread_mutex_t done_lock; /* completed items for the loop */
     tfd_item *done_head, *done_tail;
@@ -197,6 +204,7 @@ static void *event_thread_main(void *arg) {
         }
         if (it->early) it->early(it);
         post_done(ex, it);
+        atomic_fetch_sub_explicit(&ex->events_unposted, 1, memory_order_release);
     }
 }
 
@@ -242,6 +250,12 @@ static int copy_watchable(tfd_executor *ex, const tfd_item *it) {
     return COPY_WATCH_BASE_NS + it->u.copy.bytes / COPY_WATCH_BYTES_PER_NS <= COPY_WATCH_MAX_NS;
 }
 
+/* 1 when no completion is still to be posted ahead of one published now. */
+static int nothing_ahead(tfd_executor *ex) {
+    return atomic_load_explicit(&ex->events_unposted, memory_order_acquire) == 0 &&
+           atomic_load_explicit(&ex->watching, memory_order_acquire) == 0;
+}
+
 /* 1 when the event recorded after copy item it completed within about the copy's expected time. */
 static int copy_done_soon(tfd_executor *ex, const tfd_item *it, void *event) {
     const uint64_t expect = COPY_WATCH_BASE_NS + it->u.copy.bytes / COPY_WATCH_BYTES_PER_NS;
@@ -280,6 +294,7 @@ static void queue_for_event(tfd_executor *ex, tfd_item *it, void *event) {
         ex->event_head = it;
     ex->event_tail = it;
     atomic_fetch_add_explicit(&ex->events_queued, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ex->events_unposted, 1, memory_order_release);
     pthread_cond_signal(&ex->event_wake);
     pthread_mutex_unlock(&ex->event_lock);
 }
@@ -291,10 +306,13 @@ void tfd_executor_watch_copies(tfd_executor *ex) {
         if (!ex->watch_head) ex->watch_tail = NULL;
         void *event = it->event;
         it->event = NULL;
-        if (copy_done_soon(ex, it, event))
+        /* This one is still counted in `watching`: what else is ahead is the completion thread's. */
+        int alone = atomic_load_explicit(&ex->events_unposted, memory_order_acquire) == 0;
+        if (alone && copy_done_soon(ex, it, event))
             publish_completed(ex, it, event);
         else
             queue_for_event(ex, it, event);
+        atomic_fetch_sub_explicit(&ex->watching, 1, memory_order_release);
     }
 }
 
@@ -323,9 +341,10 @@ static void complete_item(tfd_stream *s, tfd_item *it) {
             else
                 ex->watch_head = it;
             ex->watch_tail = it;
+            atomic_fetch_add_explicit(&ex->watching, 1, memory_order_release);
             return;
         }
-        if (copy_done_soon(ex, it, event)) {
+        if (nothing_ahead(ex) && copy_done_soon(ex, it, event)) {
             publish_completed(ex, it, event);
             return;
         }

@@ -482,20 +482,31 @@ START_TEST(test_ring_hostile_entries) {
 }
 END_TEST
 
-/* Queues `count` products t * t (long work to be killed in). */
+/* Queues `count` products x = x * t, freeing each intermediate: long work to be killed in. */
 typedef struct chain_args {
+    tf_client *c;
     tf_tensor t;
     int count;
 } chain_args;
 
 static tf_status square_chain(tf_view *v, void *arg) {
     chain_args *x = arg;
+    tf_tensor cur = x->t;
     for (int i = 0; i < x->count; i++) {
         tf_tensor out;
-        tf_status st = tf_view_matmul(v, x->t, x->t, &out);
+        tf_status st = tf_view_matmul(v, cur, x->t, &out);
         if (st != TF_OK) return st;
+        if (cur != x->t && (st = tf_tensor_free(x->c, cur)) != TF_OK) return st; /* queued */
+        cur = out;
     }
     return TF_OK;
+}
+
+/* A size and a count of products that keep the suite's device busy for seconds. */
+static void long_work(int *n, int *count) {
+    const int gpu = strcmp(th_device(), "cpu") != 0;
+    *n = gpu ? 2048 : 384;
+    *count = gpu ? 8000 : 2000;
 }
 
 /* A child that opens a held session, queues long work and waits in the ring until it is killed. */
@@ -503,18 +514,21 @@ static int wait_in_ring(void *arg) {
     const th_daemon *d = arg;
     tf_client *c = NULL;
     if (tf_connect(d->socket, &c) != TF_OK) return 2;
-    enum { N = 384 };
-    static double a[N * N];
-    th_fill_random(TF_F64, N * N, a);
-    int64_t shape[2] = {N, N};
+    int n, count;
+    long_work(&n, &count);
+    double *a = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    CHILD_CHECK(a != NULL);
+    th_fill_random(TF_F64, (size_t)n * (size_t)n, a);
+    int64_t shape[2] = {n, n};
     tf_tensor t;
     CHILD_STATUS(c, tf_upload(c, TF_F64, 2, shape, a, &t), TF_OK);
     tf_session *s;
     CHILD_STATUS(c, tf_session_open(c, &s), TF_OK);
-    chain_args x = {t, 400};
+    chain_args x = {c, t, count};
     CHILD_STATUS(c, tf_session_with(s, square_chain, &x), TF_OK);
     fprintf(stderr, "[child %d] waiting in the ring\n", (int)getpid());
     (void)tf_session_synchronize(s);
+    pause(); /* killed here at the latest */
     return 0;
 }
 
@@ -539,15 +553,18 @@ START_TEST(test_ring_kills) {
     held_rounds(c, 2);
 
     /* Now the daemon dies while c waits for its synchronize in the ring. */
-    enum { N = 384 };
-    static double a[N * N];
-    th_fill_random(TF_F64, N * N, a);
-    int64_t shape[2] = {N, N};
+    int n, count;
+    long_work(&n, &count);
+    double *a = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    ck_assert_ptr_nonnull(a);
+    th_fill_random(TF_F64, (size_t)n * (size_t)n, a);
+    int64_t shape[2] = {n, n};
     tf_tensor t;
     CK_STATUS(c, tf_upload(c, TF_F64, 2, shape, a, &t), TF_OK);
+    free(a);
     tf_session *s;
     CK_STATUS(c, tf_session_open(c, &s), TF_OK);
-    chain_args x = {t, 2000};
+    chain_args x = {c, t, count * 3};
     CK_STATUS(c, tf_session_with(s, square_chain, &x), TF_OK);
     pid_t killer = fork();
     if (killer == 0) {
