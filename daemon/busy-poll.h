@@ -25,6 +25,15 @@ typedef struct tfd_busy_poll {
     /* The loop alone also polls for ring_window_ns after a reply written to a submission ring. */
     atomic_uint_fast64_t ring_window_ns;
     atomic_uint_fast64_t ring_last_ns;
+    /*
+     * And, loop alone, after a request for about as long as the recent gaps
+     * between requests, when those are shorter than idle_max_ns: a client that
+     * comes back every couple of milliseconds finds the loop polling.
+     */
+    atomic_uint_fast64_t idle_max_ns;
+    atomic_uint_fast64_t request_last_ns;
+    atomic_uint_fast64_t request_gap_ns; /* longest recent gap (two epochs); 0: none short enough */
+    uint64_t gap_epoch_ns, gap_cur_ns, gap_prev_ns; /* loop thread only */
 } tfd_busy_poll;
 
 /* Sets the window (0 = never poll). */
@@ -35,6 +44,12 @@ void tfd_busy_poll_ring_set(tfd_busy_poll *bp, uint64_t window_us);
 
 /* A reply went into a submission ring: the loop polls for the client's next request a while. */
 void tfd_busy_poll_ring_touch(tfd_busy_poll *bp);
+
+/* Sets the longest gap between requests the loop polls across (0 = none). */
+void tfd_busy_poll_idle_set(tfd_busy_poll *bp, uint64_t max_us);
+
+/* A client's request arrived now (loop thread): the gap since the last one is learnt. */
+void tfd_busy_poll_request(tfd_busy_poll *bp);
 
 /* Notes activity now: the window starts again. */
 void tfd_busy_poll_touch(tfd_busy_poll *bp);

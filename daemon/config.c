@@ -78,8 +78,8 @@ static int set_int(tfd_options *opt, void *field, const char *value, char *err, 
     return 0;
 }
 
-/* busy_poll_us: microseconds up to one second, or "auto" (-1: chosen by the backend). */
-static int set_busy_poll(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
+/* A count of microseconds up to one second, or "auto" (-1: chosen by the backend). */
+static int set_int_or_auto(tfd_options *opt, void *field, const char *value, char *err, size_t len) {
     if (strcmp(value, "auto") == 0) {
         *(int *)field = -1;
         return 0;
@@ -352,7 +352,8 @@ static const setting settings[] = {
     {"limits", "uid_receive_bytes", "uid-receive-bytes", AT(uid_receive_bytes), set_u64, 1, "unfinished input buffered for one uid (256M; 0 = unlimited)"},
     {"limits", "loop_slice_us", "loop-slice-us", AT(loop_slice_us), set_u64, 1, "how long one connection's input may hold the loop (2000)"},
     {"daemon", "log_level", "log-level", AT(log_level), set_level, 1, "error, warn, info or debug"},
-    {"daemon", "busy_poll_us", "busy-poll-us", AT(busy_poll_us), set_busy_poll, 1, "us the loop and completion thread poll after activity (auto: 500 cuda, 0 cpu)"},
+    {"daemon", "busy_poll_us", "busy-poll-us", AT(busy_poll_us), set_int_or_auto, 1, "us the loop and completion thread poll after activity (auto: 500 cuda, 0 cpu)"},
+    {"daemon", "idle_poll_max_us", "idle-poll-max-us", AT(idle_poll_max_us), set_int_or_auto, 1, "longest gap between requests the loop polls across (auto: 5000 cuda, 0 cpu)"},
     {"daemon", "ring_spin_us", "ring-spin-us", AT(ring_spin_us), set_int, 1, "us the loop polls submission rings after answering one (50; 0 = never)"},
     {"admission", "policy", "reservation-policy", AT(policy), set_policy, 1, "reject or wait"},
     {"admission", "wait_deadline_ms", "wait-deadline-ms", AT(wait_deadline_ms), set_u64, 1, "queued opener deadline (10000)"},
@@ -408,6 +409,7 @@ void tfd_options_defaults(tfd_options *opt) {
     opt->log_level = TFD_LOG_INFO;
     opt->busy_poll_us = -1;
     opt->ring_spin_us = 50;
+    opt->idle_poll_max_us = -1;
     opt->contraction_plans = TFD_CONTRACT_PLANS_DEFAULT;
     opt->prepared_graphs = 64;
     opt->max_graph_nodes = 4096;

@@ -530,6 +530,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 }
 
 void tfd_conn_dispatch_frame(tfd_conn *c, Tenferro__Frame *frame) {
+    tfd_busy_poll_request(&c->srv->busy_poll);
     /* A doorbell only wakes: the ring entry it rings for carries an earlier number. */
     if (frame->seq > c->dispatched_seq && frame->body_case != TENFERRO__FRAME__BODY_MAILBOX_DOORBELL)
         c->dispatched_seq = frame->seq;

@@ -47,6 +47,7 @@ int tfd_conn_poll_mailbox(tfd_conn *c) {
     /* Transfers the client has seen complete are finished first, as before a read. */
     tfd_conn_reap_transfers(c);
     c->srv->counters.mailbox_requests++;
+    tfd_busy_poll_request(&c->srv->busy_poll);
     char msg[sizeof m->message];
     msg[0] = '\0';
     tf_status st = tfd_transfer_start(c, &r, 0, msg, sizeof msg);

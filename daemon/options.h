@@ -54,6 +54,7 @@ typedef struct tfd_options {
     int log_level;
     int busy_poll_us;         /* polling after activity before sleeping; -1 = by backend */
     int ring_spin_us;         /* the loop polls submission rings this long after a ring reply; 0 = off */
+    int idle_poll_max_us;     /* the loop polls across request gaps up to this long; -1 = by backend */
     uint64_t contraction_plans; /* [caches]: contraction plans kept (LRU); 0 = unbounded */
     uint64_t prepared_graphs;   /* [caches]: prepared-graph instances kept (LRU); 0 = unbounded */
     int max_graph_nodes;        /* [limits]: nodes one prepared graph may have */

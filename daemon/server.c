@@ -132,6 +132,9 @@ static void apply_busy_poll(tfd_server *srv) {
     if (us < 0) us = srv->backend.vt->copies_enqueue_only ? 500 : 0;
     tfd_busy_poll_set(&srv->busy_poll, (uint64_t)us);
     tfd_busy_poll_ring_set(&srv->busy_poll, (uint64_t)(srv->opt.ring_spin_us > 0 ? srv->opt.ring_spin_us : 0));
+    int idle = srv->opt.idle_poll_max_us;
+    if (idle < 0) idle = srv->backend.vt->copies_enqueue_only ? 5000 : 0;
+    tfd_busy_poll_idle_set(&srv->busy_poll, (uint64_t)idle);
 }
 
 /*
@@ -177,6 +180,7 @@ void tfd_server_reload(tfd_server *srv) {
     tfd_log_set_level((tfd_log_level)cur->log_level);
     cur->busy_poll_us = next.busy_poll_us;
     cur->ring_spin_us = next.ring_spin_us;
+    cur->idle_poll_max_us = next.idle_poll_max_us;
     apply_busy_poll(srv);
     cur->contraction_plans = next.contraction_plans;
     tfd_contract_cache_set_capacity(tfd_contract_plans(), cur->contraction_plans);

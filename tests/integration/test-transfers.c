@@ -231,6 +231,48 @@ START_TEST(test_round_trips) {
 }
 END_TEST
 
+/*
+ * Polling across request gaps ([daemon] idle_poll_max_us): with the fixed
+ * window off, a client that comes back every 2 ms finds the loop polling, so
+ * its pending uploads take the submission mailbox (mailbox_requests counts
+ * them) after the first few have taught the daemon the gap; once the client
+ * stays away longer than the maximum, the daemon sleeps again and the next
+ * request takes the socket. Every upload arrives exactly.
+ */
+START_TEST(test_polls_across_request_gaps) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--busy-poll-us", "0", "--idle-poll-max-us", "20000");
+    tf_client *c = th_connect(&d);
+    enum { N = 4096, ROUNDS = 40 };
+    double *x = random_vector(TF_F64, N);
+    tf_tensor t = upload_vector(c, TF_F64, N, x);
+    tf_pinned_buffer *b = new_buffer(c, N * sizeof(double));
+    const uint64_t before = th_counter(&d, "mailbox_requests");
+    for (int r = 0; r < ROUNDS; r++) {
+        usleep(2000); /* the host's own work between transfers */
+        th_fill_random(TF_F64, N, tf_pinned_buffer_data(b));
+        double want[N];
+        memcpy(want, tf_pinned_buffer_data(b), sizeof want);
+        upload_through(c, b, t);
+        expect_tensor(c, t, want, sizeof want);
+    }
+    const uint64_t taken = th_counter(&d, "mailbox_requests") - before;
+    ck_assert_msg(taken >= ROUNDS / 2, "only %llu of %d uploads 2 ms apart found the loop polling",
+                  (unsigned long long)taken, ROUNDS);
+    /* Away for longer than the maximum: the loop sleeps, the next upload rings through the socket. */
+    usleep(100000);
+    const uint64_t idle_before = th_counter(&d, "mailbox_requests");
+    usleep(100000);
+    upload_through(c, b, t);
+    ck_assert_uint_eq(th_counter(&d, "mailbox_requests"), idle_before);
+    OK(c, tf_pinned_buffer_free(b));
+    OK(c, tf_tensor_free(c, t));
+    free(x);
+    tf_disconnect(c);
+    stop(&d);
+}
+END_TEST
+
 /* Blocking routes of a multi-dimensional tensor keep its shape and bytes, staged or not. */
 START_TEST(test_blocking_shapes) {
     th_daemon d;
@@ -1040,6 +1082,7 @@ int main(void) {
     TCase *tc = tcase_create("transfers");
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_round_trips, 0, 4);
+    tcase_add_test(tc, test_polls_across_request_gaps);
     tcase_add_test(tc, test_blocking_shapes);
     tcase_add_test(tc, test_guide_scenario);
     tcase_add_test(tc, test_buffer_reuse_1000);
