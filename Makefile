@@ -417,6 +417,8 @@ test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS) $
 	  TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_FAILALLOC_DAEMON=$(FAILALLOC_DAEMON) $$t || exit 1; done
 	@echo "== $(BUILD)/tests/test-transfers, the daemon polling (transfers through the mailbox)"
 	@TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=2000 $(BUILD)/tests/test-transfers
+	@echo "== $(BUILD)/tests/test-dependent, the daemon polling (transfers through the mailbox)"
+	@TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=2000 $(BUILD)/tests/test-dependent
 
 # Bounded load test (tests/load/load.c); `make load` runs the long one.
 test-load: $(BUILD)/tenferrod $(BUILD)/tests/load
