@@ -419,9 +419,11 @@ test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS) $
 	@TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=2000 $(BUILD)/tests/test-transfers
 	@for t in $(SOCKET_ROUTE_TESTS); do echo "== $(BUILD)/tests/$$t, sessions through the socket (TENFERRO_RING=off)"; \
 	  TENFERRO_RING=off TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/$$t || exit 1; done
+	@echo "== $(BUILD)/tests/test-dependent, the daemon polling (transfers through the mailbox)"
+	@TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=2000 $(BUILD)/tests/test-dependent
 
 # Suites run a second time with every request on the socket: the ring is the default route.
-SOCKET_ROUTE_TESTS := test-sessions test-operations test-transfers test-einsum test-prepared
+SOCKET_ROUTE_TESTS := test-sessions test-operations test-transfers test-einsum test-prepared test-dependent
 
 # Bounded load test (tests/load/load.c); `make load` runs the long one.
 test-load: $(BUILD)/tenferrod $(BUILD)/tests/load

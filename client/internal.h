@@ -20,7 +20,11 @@ typedef struct tf__handle {
     uint64_t id; /* 0: empty slot */
     tf__meta meta;
     int pending; /* produced by a queued operation not yet accepted by the daemon */
-    int in_flight; /* taken by a pending transfer: no operation, download or free until its wait */
+    /*
+     * The TransferDirection of the pending transfer that holds it (0: none):
+     * operations may read it, but no download, free or other transfer until its wait.
+     */
+    uint32_t in_flight;
 } tf__handle;
 
 /*
@@ -136,6 +140,12 @@ struct tf_client {
     uint64_t ring_requests_sent, ring_doorbells; /* for tests and benchmarks (testing.h) */
     uint64_t slot_used[TF__COMPLETION_SLOTS / 64];     /* slots armed, waited for or detached */
     uint64_t slot_detached[TF__COMPLETION_SLOTS / 64]; /* released: reclaimed once DONE */
+    /*
+     * Released while unsubmitted work reads the tensor: the TransferRelease
+     * (after which the daemon frees the tensor) goes out once that work was
+     * submitted or discarded, and only then is the slot detached.
+     */
+    uint64_t slot_release_due[TF__COMPLETION_SLOTS / 64];
     uint32_t slot_spin_us[TF__COMPLETION_SLOTS];       /* how long a wait polls before sleeping */
 
     uint64_t next_buffer_id;
@@ -204,7 +214,7 @@ uint64_t tf__view_next_id(tf_view *v);
 tf__queued_op *tf__view_ops(tf_view *v, size_t *n);
 /* Takes back the view's operations from `start` on (a call that failed part-way). */
 void tf__view_truncate(tf_view *v, size_t start);
-/* A tensor v's operations may read (an idle tensor of the client, or a value of the recording graph). */
+/* A tensor v's operations may read (a live tensor of the client, or a value of the recording graph). */
 tf_status tf__view_lookup(tf_view *v, tf_tensor t, tf__handle **out);
 /* Drops a result the view no longer needs (einsum's intermediates): queued free, or nothing in a graph. */
 tf_status tf__view_drop(tf_view *v, tf_tensor t);
@@ -312,6 +322,12 @@ tf_status tf__mailbox_answer(tf_client *c);
  * status with a message naming its direction and tensor.
  */
 tf_status tf__transfer_wait(tf_client *c, uint32_t slot, uint32_t direction, tf_tensor t);
+/*
+ * Sends the TransferRelease of every transfer released while unsubmitted work
+ * read its tensor, and detaches their slots: called once the queue has been
+ * submitted or discarded, so the daemon frees those tensors behind that work.
+ */
+void tf__send_due_releases(tf_client *c);
 /* Unmaps every buffer and frees every pending transfer (tf_disconnect). */
 void tf__pinned_release_all(tf_client *c);
 
@@ -331,14 +347,21 @@ tf_status tf__staged_download(tf_client *c, tf_tensor t, size_t bytes, tf_pinned
 
 /* Looks up a live or pending tensor, failing with TF_ERR_UNKNOWN_HANDLE. */
 tf_status tf__lookup(tf_client *c, tf_tensor t, tf__handle **out);
-/* tf__lookup, failing with TF_ERR_BUSY while a pending transfer holds the tensor. */
-tf_status tf__lookup_idle(tf_client *c, tf_tensor t, tf__handle **out);
+/*
+ * tf__lookup, failing with TF_ERR_BUSY while a pending transfer holds the
+ * tensor, with a message saying which transfer and that it cannot be `use`
+ * ("freed", "downloaded", ...) until then.
+ */
+tf_status tf__lookup_idle(tf_client *c, tf_tensor t, const char *use, tf__handle **out);
 /*
  * Makes tensor t's value reachable by the daemon for a transfer: in a scoped
  * burst, queued work naming it is sent first; in a held session, unsubmitted
- * work naming it makes it TF_ERR_BUSY, as does a pending transfer. *bytes gets its size.
+ * work naming it makes it TF_ERR_BUSY, as does a pending transfer of it
+ * (a tensor is in one transfer at a time). *bytes gets its size.
  */
 tf_status tf__transferable(tf_client *c, tf_tensor t, size_t *bytes);
+/* 1 when an operation queued but not yet submitted names tensor t (as an input or its output). */
+int tf__queue_names(const tf_client *c, tf_tensor t);
 /* Sends a Free of n tensors (no reply). */
 tf_status tf__send_free(tf_client *c, const tf_tensor *tensors, size_t n);
 /*
@@ -354,7 +377,8 @@ tf_status tf__queue_op(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tens
                        tf_scalar beta, tf_tensor *out);
 /*
  * The start of queueing an operation: checks the view and `out`, and looks up
- * the inputs (idle tensors of this client) into meta[0..n_inputs).
+ * the inputs (live tensors of this client, also ones a pending transfer
+ * holds: the daemon runs the operation after the copy) into meta[0..n_inputs).
  */
 tf_status tf__view_inputs(tf_view *v, tf__op_kind kind, int n_inputs, const tf_tensor *inputs,
                           const tf_tensor *out, tf__meta *meta);

@@ -3,10 +3,12 @@
  * A buffer is the daemon's sealed memfd, mapped here MAP_SHARED, so both
  * processes see one copy of its pages. A pending transfer owns its buffer and
  * its tensor from an accepted Transfer until tf_pending_wait hands them back:
- * the buffer's `transfer` and the tensor handle's `in_flight` make every
- * other use of them TF_ERR_BUSY here, before any round trip. Completion comes
- * through the completion page (completion.c), never through a reply, so
- * polling costs no system call. The Transfer messages and the buffer life
+ * the buffer's `transfer` and the tensor handle's `in_flight` make writing,
+ * freeing, downloading or transferring them again TF_ERR_BUSY here, before
+ * any round trip. Operations may read the tensor meanwhile: they reach the
+ * daemon after the transfer was accepted, so its stream runs them after the
+ * copy. Completion comes through the completion page (completion.c), never
+ * through a reply, so polling costs no system call. The Transfer messages and the buffer life
  * cycle here serve the staged blocking route (staging.c) too.
  */
 #include <errno.h>
@@ -266,7 +268,7 @@ static tf_status submit(tf_client *c, uint32_t direction, tf_pinned_buffer *b, t
     p->buffer = b;
     b->transfer = p;
     tf__handle *h = tf__id_table_find(&c->handles, t); /* found again: a flush may have moved it */
-    if (h) h->in_flight = 1;
+    if (h) h->in_flight = direction;
     LIST_PUSH(c->pendings, p);
     *out = p;
     return tf__ok(c);
@@ -319,13 +321,17 @@ tf_status tf_pending_wait(tf_pending *p, tf_tensor *tensor, tf_pinned_buffer **b
     return st;
 }
 
-void tf_pending_release(tf_pending *p) {
-    if (!p) return;
-    tf_client *c = p->client;
+/*
+ * Tells the daemon nobody waits for the transfer in `slot` (it frees the
+ * buffer and the tensor once the copy completed) and leaves the slot to be
+ * reclaimed once DONE: the daemon still finishes (and marks) the copy it was
+ * given. Keeps the caller's last error.
+ */
+static void send_release(tf_client *c, uint32_t slot) {
     if (!c->broken) {
         Tenferro__Frame fr = TENFERRO__FRAME__INIT;
         Tenferro__TransferRelease body = TENFERRO__TRANSFER_RELEASE__INIT;
-        body.slot = p->slot;
+        body.slot = slot;
         fr.body_case = TENFERRO__FRAME__BODY_TRANSFER_RELEASE;
         fr.transfer_release = &body;
         saved_error why;
@@ -333,8 +339,33 @@ void tf_pending_release(tf_pending *p) {
         tf__send(c, &fr);
         restore_error(c, &why);
     }
-    /* Reclaimed once DONE: the daemon still finishes (and marks) the copy it was given. */
-    tf__slot_detach(c, p->slot);
+    tf__slot_detach(c, slot);
+}
+
+void tf__send_due_releases(tf_client *c) {
+    for (uint32_t w = 0; w < TF__COMPLETION_SLOTS / 64; w++) {
+        uint64_t bits = c->slot_release_due[w];
+        c->slot_release_due[w] = 0;
+        while (bits) {
+            send_release(c, w * 64 + (uint32_t)__builtin_ctzll(bits));
+            bits &= bits - 1;
+        }
+    }
+}
+
+void tf_pending_release(tf_pending *p) {
+    if (!p) return;
+    tf_client *c = p->client;
+    /*
+     * Work queued and not yet submitted reads the tensor: a release sent now
+     * would reach the daemon before that work and let it free the tensor
+     * first. The release follows the queue's submission instead; the slot
+     * stays taken until then, so no later transfer can be given it.
+     */
+    if (!c->broken && tf__queue_names(c, p->tensor))
+        c->slot_release_due[p->slot / 64] |= (uint64_t)1 << (p->slot % 64);
+    else
+        send_release(c, p->slot);
     tf__id_table_remove(&c->handles, p->tensor, NULL);
     destroy_buffer(p->buffer);
     forget_pending(p);

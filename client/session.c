@@ -69,6 +69,8 @@ static void settle_queue(tf_client *c, size_t accepted) {
     send_unsettled_frees(c, accepted);
     for (size_t i = 0; i < c->n_queued; i++) tf__queued_op_release(&c->queue[i]);
     c->n_queued = 0;
+    /* Transfers released while this queue read their tensors: the daemon now has that work. */
+    tf__send_due_releases(c);
 }
 
 void tf__discard_queue(tf_client *c) { settle_queue(c, 0); }

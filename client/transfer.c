@@ -122,8 +122,7 @@ tf_status tf_zeros(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape,
     return create_tensor(c, dtype, rank, shape, NULL, 1, "zeros", out);
 }
 
-/* 1 when an operation queued but not yet submitted names tensor t. */
-static int queue_names(const tf_client *c, tf_tensor t) {
+int tf__queue_names(const tf_client *c, tf_tensor t) {
     for (size_t i = 0; i < c->n_queued; i++) {
         const tf__queued_op *q = &c->queue[i];
         /* A run of a prepared graph names its tensors in run_io (inputs, then outputs). */
@@ -148,10 +147,10 @@ static int queue_names(const tf_client *c, tf_tensor t) {
 static tf_status reachable(tf_client *c, tf_tensor t, int whole_queue, size_t *bytes) {
     if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
     tf__handle *h = NULL;
-    tf_status st = tf__lookup_idle(c, t, &h);
+    tf_status st = tf__lookup_idle(c, t, whole_queue ? "transferred again" : "downloaded", &h);
     if (st != TF_OK) return st;
     *bytes = tf__meta_bytes(&h->meta);
-    int named = whole_queue && !h->pending && queue_names(c, t);
+    int named = whole_queue && !h->pending && tf__queue_names(c, t);
     if (!h->pending && !named) return TF_OK;
     if (c->in_scoped) {
         if ((st = tf__scoped_flush(c)) != TF_OK) return st;
@@ -259,7 +258,7 @@ tf_status tf_tensor_free(tf_client *c, tf_tensor t) {
     if (!c) return TF_ERR_INVALID_ARGUMENT;
     if (c->broken) return tf__fail(c, TF_ERR_DISCONNECTED, "not connected to tenferrod");
     tf__handle *h = NULL;
-    tf_status st = tf__lookup_idle(c, t, &h);
+    tf_status st = tf__lookup_idle(c, t, "freed", &h);
     if (st != TF_OK) return st;
     /* Queued work may still name it: free it after that work, in the same queue. */
     st = c->n_queued > 0 ? tf__queue_free(c, t) : tf__send_free(c, &t, 1);

@@ -19,12 +19,17 @@ tf_status tf__lookup(tf_client *c, tf_tensor t, tf__handle **out) {
     return TF_OK;
 }
 
-tf_status tf__lookup_idle(tf_client *c, tf_tensor t, tf__handle **out) {
+tf_status tf__lookup_idle(tf_client *c, tf_tensor t, const char *use, tf__handle **out) {
     tf_status st = tf__lookup(c, t, out);
     if (st == TF_OK && (*out)->in_flight)
         return tf__fail(c, TF_ERR_BUSY,
-                        "tensor %llu is in a pending transfer: wait for the transfer first",
-                        (unsigned long long)t);
+                        "tensor %llu is in a pending transfer (%s): it cannot be %s until the "
+                        "transfer is waited for; operations may read it meanwhile",
+                        (unsigned long long)t,
+                        (*out)->in_flight == TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD
+                            ? "an upload writing it"
+                            : "a download reading it",
+                        use);
     return st;
 }
 
@@ -84,11 +89,13 @@ void tf__view_truncate(tf_view *v, size_t start) {
 }
 
 /*
- * A tensor a view's operation may read: an idle tensor of the client in a
- * session, a value of the graph on a recording view.
+ * A tensor a view's operation may read: a live tensor of the client in a
+ * session, a value of the graph on a recording view. A tensor a pending
+ * transfer holds is readable: the operation reaches the daemon after the
+ * transfer was accepted, so it is queued on the stream behind the copy.
  */
 static tf_status view_lookup(tf_view *v, tf_tensor t, tf__handle **out) {
-    if (!v->graph) return tf__lookup_idle(v->client, t, out);
+    if (!v->graph) return tf__lookup(v->client, t, out);
     *out = tf__id_table_find(tf__graph_handles(v->graph), t);
     if (*out) return TF_OK;
     return tf__fail(v->client, TF_ERR_UNKNOWN_HANDLE,

@@ -32,25 +32,41 @@ tf_status tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec) {
     return TF_OK;
 }
 
-tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, int input,
-                              tf_status *status, char *msg, size_t msg_len) {
-    tfd_tensor *t = tfd_tensor_table_find(&c->tensors, id);
-    if (t && !t->in_flight) return t;
-    /* Named only now: formatting the label for every tensor that is fine would cost each operation. */
-    char label[48];
+/*
+ * The label a refusal names its tensor by: `what`, then "input N" when
+ * input >= 0. Formatted only on refusal: a label for every tensor that is
+ * fine would cost each operation.
+ */
+static void refusal_label(const char *what, int input, char *label, size_t len) {
     if (input >= 0)
-        snprintf(label, sizeof label, "%s input %d", what, input);
+        snprintf(label, len, "%s input %d", what, input);
     else
-        snprintf(label, sizeof label, "%s", what);
-    if (!t) {
-        snprintf(msg, msg_len, "%s: tensor %llu is not live on this connection", label,
-                 (unsigned long long)id);
-        *status = TF_ERR_UNKNOWN_HANDLE;
-    } else {
-        snprintf(msg, msg_len, "%s: tensor %llu is in a pending transfer: wait for it first",
-                 label, (unsigned long long)id);
-        *status = TF_ERR_BUSY;
-    }
+        snprintf(label, len, "%s", what);
+}
+
+tfd_tensor *tfd_readable_tensor(tfd_conn *c, uint64_t id, const char *what, int input,
+                                tf_status *status, char *msg, size_t msg_len) {
+    tfd_tensor *t = tfd_tensor_table_find(&c->tensors, id);
+    if (t) return t;
+    char label[48];
+    refusal_label(what, input, label, sizeof label);
+    snprintf(msg, msg_len, "%s: tensor %llu is not live on this connection", label,
+             (unsigned long long)id);
+    *status = TF_ERR_UNKNOWN_HANDLE;
+    return NULL;
+}
+
+tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, const char *use,
+                              tf_status *status, char *msg, size_t msg_len) {
+    tfd_tensor *t = tfd_readable_tensor(c, id, what, -1, status, msg, msg_len);
+    if (!t || !t->in_flight) return t;
+    snprintf(msg, msg_len,
+             "%s: tensor %llu is in a pending transfer (%s): it cannot be %s until the transfer "
+             "has completed; operations may read it meanwhile",
+             what, (unsigned long long)id,
+             t->in_flight == TFD_FLIGHT_WRITE ? "an upload writing it" : "a download reading it",
+             use);
+    *status = TF_ERR_BUSY;
     return NULL;
 }
 
@@ -182,13 +198,14 @@ static void chain_flush(tfd_conn *c, chain *ch) {
 
 /*
  * Validates and prepares a FREE operation: every named tensor must exist and
- * be in no transfer. Its items are made before any tensor leaves the table,
- * so an operation refused for want of memory frees nothing.
+ * be in no transfer (operations queued behind a pending copy may still read
+ * it, but not free it). Its items are made before any tensor leaves the
+ * table, so an operation refused for want of memory frees nothing.
  */
 static tf_status prepare_free(tfd_conn *c, const Tenferro__Op *op, chain *ch, char *msg, size_t len) {
     tf_status st;
     for (size_t i = 0; i < op->n_inputs; i++)
-        if (!tfd_usable_tensor(c, op->inputs[i], "free", -1, &st, msg, len)) return st;
+        if (!tfd_usable_tensor(c, op->inputs[i], "free", "freed", &st, msg, len)) return st;
     chain mine = {0};
     for (size_t i = 0; i < op->n_inputs; i++) {
         tfd_item *it = tfd_item_new(TFD_ITEM_FREE);
@@ -241,7 +258,8 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     const tf__op_kind kind = d->kind;
     tf__meta in_meta[2];
     for (int i = 0; i < d->n_inputs; i++) {
-        tfd_tensor *t = tfd_usable_tensor(c, op->inputs[i], tf__op_name(kind), i, &st, msg, len);
+        /* A tensor a pending transfer holds is read after the copy: its item is queued behind it. */
+        tfd_tensor *t = tfd_readable_tensor(c, op->inputs[i], tf__op_name(kind), i, &st, msg, len);
         if (!t) {
             tfd_item_free(it);
             return st;
@@ -324,9 +342,10 @@ static void unmake_outputs(tfd_conn *c, chain *ch, const Tenferro__Op *op, int n
 
 /*
  * OP_RUN_PREPARED: the preflight of docs/prepared.md (the graph is this
- * connection's and live, the inputs are its own idle tensors of the
- * recorded dtypes and shapes, the outputs fresh ids), then the outputs'
- * memory under the quotas, then one run item. A refusal changes nothing.
+ * connection's and live, the inputs are its own live tensors of the
+ * recorded dtypes and shapes, one a pending transfer holds being read after
+ * its copy, the outputs fresh ids), then the outputs' memory under the
+ * quotas, then one run item. A refusal changes nothing.
  */
 static tf_status prepare_run(tfd_conn *c, const Tenferro__Op *op, uint64_t accepted, chain *ch,
                              char *msg, size_t len) {
@@ -348,7 +367,7 @@ static tf_status prepare_run(tfd_conn *c, const Tenferro__Op *op, uint64_t accep
     }
     tf_status st = TF_OK;
     for (int i = 0; i < p->n_inputs; i++) {
-        tfd_tensor *t = tfd_usable_tensor(c, op->inputs[i], "run_prepared", i, &st, msg, len);
+        tfd_tensor *t = tfd_readable_tensor(c, op->inputs[i], "run_prepared", i, &st, msg, len);
         if (!t) return st;
         const tf__meta *want = &p->values[i].meta;
         if (!tf__meta_same(&t->meta, want)) {

@@ -45,11 +45,24 @@ void tfd_batch_begin(tfd_conn *c, tfd_batch_job *job, Tenferro__Op **ops, size_t
 int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns);
 
 /*
- * The tensor `id` of this connection when a request may use it: live, and in
- * no pending transfer. Otherwise NULL, with the typed status in *status and a
- * message starting with `what` (then "input N" when input >= 0) in msg.
+ * The tensor `id` of this connection when an operation may read it: live.
+ * A tensor a pending transfer holds is readable too: the operation's item
+ * is queued on the stream behind the copy, which was queued when the
+ * transfer was accepted. Otherwise NULL, with TF_ERR_UNKNOWN_HANDLE in
+ * *status and a message starting with `what` (then "input N" when
+ * input >= 0) in msg.
  */
-tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, int input,
+tfd_tensor *tfd_readable_tensor(tfd_conn *c, uint64_t id, const char *what, int input,
+                                tf_status *status, char *msg, size_t msg_len);
+
+/*
+ * The tensor `id` of this connection when a request may write, free or
+ * transfer it: live, and in no pending transfer. Otherwise NULL, with the
+ * typed status in *status (TF_ERR_UNKNOWN_HANDLE, or TF_ERR_BUSY saying
+ * which transfer holds it and that it cannot be `use`, e.g. "freed") and a
+ * message starting with `what` in msg.
+ */
+tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, const char *use,
                               tf_status *status, char *msg, size_t msg_len);
 
 /*

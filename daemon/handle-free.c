@@ -2,7 +2,8 @@
  * Free: releases tensors outside any batch. The device memory is freed on the
  * stream, after every item queued before it, so work still in flight keeps
  * reading valid memory. No reply: a handle that is not live is only counted,
- * and a tensor in a pending transfer is kept (the client refuses that first),
+ * and a tensor in a pending transfer is kept and logged (the client refuses
+ * that first; to be rid of it, wait for the transfer or release it),
  * as is one the daemon has no memory to queue the free of (it goes with the
  * connection).
  */

@@ -6,9 +6,13 @@
  * lists the checks in order), then the buffer and the tensor are marked in
  * flight, a WRITE (upload) or READ (download) item is queued on the
  * connection's stream, and the request is answered at once: the daemon never
- * waits for the copy. While in flight neither may be used by anything else:
- * batch.c, handle-free.c and handle-transfer.c refuse the tensor with
- * TF_ERR_BUSY, BufferFree and other transfers refuse the buffer.
+ * waits for the copy. While in flight the tensor may still be read by
+ * operations: their items are queued on the same stream after the copy's
+ * (issued by the loop on an idle stream, or queued for the worker), so they
+ * run after it on the CPU and are stream-ordered after it on a GPU. Nothing
+ * may write, free or transfer it again: batch.c (OP_FREE), handle-free.c
+ * and handle-transfer.c refuse the tensor with TF_ERR_BUSY; BufferFree and
+ * other transfers refuse the buffer.
  *
  * When the copy has completed, the executor thread that saw it publishes the
  * outcome in the transfer's slot at once (status, then state DONE, then a
@@ -16,10 +20,12 @@
  * wait for the loop thread. The loop then finalizes the record: it clears
  * the in-flight marks and counts the transfer, and a transfer the client
  * released (TransferRelease: nobody will wait for it) frees its buffer and
- * tensor. That happens before the loop handles the bytes of the connection's
- * next read (tfd_conn_reap_transfers, from connection.c), so a request the
- * client sends after it read DONE always finds the buffer and the tensor
- * free; otherwise when the item's own callback reaches the loop. A transfer whose
+ * tensor, the tensor's memory through a FREE item on the stream, so
+ * operations queued behind the copy that read it run before it is freed.
+ * That happens before the loop handles the bytes of the connection's next
+ * read (tfd_conn_reap_transfers, from connection.c), so a request the client
+ * sends after it read DONE always finds the buffer and the tensor free;
+ * otherwise when the item's own callback reaches the loop. A transfer whose
  * connection has gone frees its buffer and lets the connection finish
  * closing.
  *
@@ -134,7 +140,11 @@ static tf_status check_transfer(tfd_conn *c, const tfd_transfer_request *r, tfd_
     return TF_OK;
 }
 
-/* Frees what a released transfer moved: its buffer and its tensor (the client holds neither). */
+/*
+ * Frees what a released transfer moved: its buffer and its tensor (the client
+ * holds neither). The tensor's memory goes through a FREE item behind
+ * everything on the stream, the operations that read it included.
+ */
 static void free_released(tfd_conn *c, const tfd_transfer *tr) {
     tfd_pinned *b = tfd_pinned_table_find(&c->buffers, tr->buffer);
     if (b && !b->in_flight) tfd_conn_buffer_drop(c, tr->buffer);
@@ -252,7 +262,7 @@ tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_
     tr->upload = upload;
     tr->item_alive = 1;
     b->in_flight = 1;
-    t->in_flight = 1;
+    t->in_flight = upload ? TFD_FLIGHT_WRITE : TFD_FLIGHT_READ;
     if (upload) t->written = t->bytes;
     transfer_drop(c->transfers[r->slot]); /* the slot's previous, completed transfer */
     c->transfers[r->slot] = tr;

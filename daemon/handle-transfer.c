@@ -68,7 +68,7 @@ void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
     if (up->create) st = create_tensor(c, up, msg, sizeof msg);
     /* A write names a live tensor and fits it, even an empty write (never a silent success). */
     if (st == TF_OK && (up->data.len > 0 || !up->create)) {
-        tfd_tensor *t = tfd_usable_tensor(c, up->tensor, "upload", -1, &st, msg, sizeof msg);
+        tfd_tensor *t = tfd_usable_tensor(c, up->tensor, "upload", "written", &st, msg, sizeof msg);
         if (t && (up->offset > t->bytes || up->data.len > t->bytes - up->offset)) {
             snprintf(msg, sizeof msg, "write of %zu bytes at offset %llu does not fit tensor %llu (%zu bytes)",
                      up->data.len, (unsigned long long)up->offset, (unsigned long long)up->tensor,
@@ -159,7 +159,7 @@ void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
     tf__frame_free(frame);
     char why[256];
     tf_status st;
-    tfd_tensor *t = tfd_usable_tensor(c, id, "download", -1, &st, why, sizeof why);
+    tfd_tensor *t = tfd_usable_tensor(c, id, "download", "downloaded", &st, why, sizeof why);
     if (!t) {
         refuse_download(c, seq, st, "%s", why);
         return;

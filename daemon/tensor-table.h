@@ -15,13 +15,24 @@
 #include "common/id-table.h"
 #include "common/ops.h"
 
+/*
+ * What a pending transfer does with a tensor it holds (tfd_tensor.in_flight).
+ * Either way operations may read the tensor (their items are queued on the
+ * stream behind the copy); nothing may write, free or transfer it again.
+ */
+enum {
+    TFD_FLIGHT_NONE = 0,  /* in no transfer */
+    TFD_FLIGHT_READ = 1,  /* a pending download reads it */
+    TFD_FLIGHT_WRITE = 2, /* a pending upload writes it */
+};
+
 typedef struct tfd_tensor {
     uint64_t id; /* first: the id-table key */
     tf__meta meta;
     void *data;  /* device memory */
     size_t bytes;
     size_t written; /* bytes [0, written) were written by this client (or zeroed); see unwritten.h */
-    int in_flight; /* a pending transfer owns it: no operation, download, write or free may touch it */
+    int in_flight; /* TFD_FLIGHT_*: a pending transfer holds it; operations may still read it */
 } tfd_tensor;
 
 typedef struct tfd_tensor_table {

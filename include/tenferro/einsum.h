@@ -75,9 +75,9 @@ typedef struct tf_einsum_options {
  * does not fit its operand's rank, a label bound to two sizes, ellipsis
  * dimensions that do not broadcast), TF_ERR_BAD_SHAPE (an output above rank
  * TF_MAX_RANK or 2^40 elements, or an expression whose every pairwise order
- * needs such an intermediate), TF_ERR_UNKNOWN_HANDLE, TF_ERR_BUSY (an
- * operand in a pending transfer), TF_ERR_SESSION_CLOSED outside a session
- * callback.
+ * needs such an intermediate), TF_ERR_UNKNOWN_HANDLE, TF_ERR_SESSION_CLOSED
+ * outside a session callback. An operand in a pending transfer is read
+ * after its copy.
  */
 TF_EXTERN tf_status tf_view_einsum(tf_view *v, const char *subscripts, int n_operands,
                                    const tf_tensor *operands, tf_tensor *out);

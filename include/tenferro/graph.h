@@ -103,8 +103,8 @@ TF_EXTERN tf_status tf_prepared_free(tf_client *c, tf_prepared p);
  * was recorded with, and outputs[0, n_outputs) receive new tensors at once,
  * as any operation's output. Checked here and again by the daemon before
  * anything runs: a graph of another connection or freed, the wrong number of
- * inputs or outputs, an input of the wrong dtype or shape (named), an input
- * in a pending transfer. A refused run queues nothing.
+ * inputs or outputs, an input of the wrong dtype or shape (named). A refused
+ * run queues nothing. An input in a pending transfer is read after its copy.
  */
 TF_EXTERN tf_status tf_view_run_prepared(tf_view *v, tf_prepared p, int n_inputs,
                                          const tf_tensor *inputs, int n_outputs,

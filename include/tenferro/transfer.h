@@ -11,11 +11,14 @@
  * A pending transfer takes its buffer and its tensor by value. From a
  * successful tf_upload_pending or tf_download_pending until tf_pending_wait
  * hands them back, the buffer's bytes are unreachable (tf_pinned_buffer_data
- * returns NULL, tf_pinned_buffer_free is TF_ERR_BUSY) and the tensor may not
- * be read, written or freed: operations naming it, tf_download,
- * tf_download_into, tf_tensor_free and other transfers return TF_ERR_BUSY at
- * the call, without asking the daemon. A refused submission returns a typed
- * error and leaves the buffer, the tensor and the client as they were.
+ * returns NULL, tf_pinned_buffer_free is TF_ERR_BUSY) and the tensor may be
+ * read by operations (scoped or held, any kind, a prepared graph's input):
+ * the daemon runs them after the copy, on the same stream, without waiting
+ * for it. It may not be written, freed, downloaded or transferred again:
+ * tf_tensor_free, tf_download, tf_download_into and other transfers return
+ * TF_ERR_BUSY at the call, without asking the daemon, and change nothing. A
+ * refused submission returns a typed error and leaves the buffer, the tensor
+ * and the client as they were.
  *
  * Like the rest of a tf_client, none of this is thread-safe: use a client,
  * its buffers and its pending transfers from one thread at a time.
@@ -62,13 +65,14 @@ TF_EXTERN tf_status tf_pinned_buffer_free(tf_pinned_buffer *buffer);
 /*
  * Starts copying `buffer` into the existing tensor `destination`, whose size
  * must equal the buffer's (TF_ERR_INVALID_ARGUMENT otherwise). Returns at
- * once: the daemon orders the copy after the work this client submitted
- * before it. On success *pending owns both until tf_pending_wait or
- * tf_pending_release. Refusals (each leaves everything untouched):
+ * once, once the daemon has queued the copy: it is ordered after the work
+ * this client submitted before it, and operations reading `destination`
+ * submitted after it see the copied values. On success *pending owns both
+ * until tf_pending_wait or tf_pending_release. Refusals (each leaves everything untouched):
  * TF_ERR_UNKNOWN_HANDLE (an unknown tensor, or a buffer of another client),
  * TF_ERR_BUSY (the buffer or the tensor is in another transfer, the tensor is
- * named by unsubmitted work of a held session, or all completion slots are in
- * use), TF_ERR_UNSUPPORTED (the daemon has no pinned transfers), and any
+ * read or produced by unsubmitted work of a held session, or all completion
+ * slots are in use), TF_ERR_UNSUPPORTED (the daemon has no pinned transfers), and any
  * refusal of the daemon.
  */
 TF_EXTERN tf_status tf_upload_pending(tf_client *client, tf_pinned_buffer *buffer,
@@ -101,7 +105,9 @@ TF_EXTERN tf_status tf_pending_wait(tf_pending *pending, tf_tensor *tensor,
 /*
  * Detaches a pending transfer nobody will wait for: frees `pending`, the
  * buffer (its mapping here) and the tensor's handle at once; the daemon frees
- * its side of both when the copy has completed. NULL is allowed.
+ * its side of both when the copy has completed, and after the operations
+ * queued to read the tensor (ones not yet submitted are sent first: the
+ * release follows the session's next submission). NULL is allowed.
  */
 TF_EXTERN void tf_pending_release(tf_pending *pending);
 
