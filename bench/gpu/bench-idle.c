@@ -25,8 +25,9 @@
  *     only the transfer is timed). Routes as h2d_1m_idle.
  *
  *   Each figure is the median over its rounds; the two sides take turns
- *   round by round (the first side alternating), after one untimed round of
- *   each, so drift of the machine hits both equally.
+ *   in blocks of BLOCK_ROUNDS rounds (the first side alternating), after one
+ *   untimed round of each, so drift of the machine hits both equally while
+ *   each side's requests come its own loop's pause apart.
  *
  *   pipeline  (GB/s of uploaded chunk data: 32 x 64 MiB / wall time)
  *     32 chunks of 64 MiB (a 4096 x 4096 f32 matrix each), each uploaded and
@@ -133,6 +134,9 @@ typedef struct loop {
 } loop;
 
 /* Times one synchronous cudaMemcpy of `bytes` in direction `kind`; returns nanoseconds. */
+/* Rounds one side runs before the other takes its turn. */
+#define BLOCK_ROUNDS 20
+
 static double memcpy_ns(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
     uint64_t t0 = bench_now_ns();
     GPU_CUDA(NAME, cudaMemcpy(dst, src, bytes, kind));
@@ -203,14 +207,23 @@ static void transfer_line(tf_client *c, const local_side *l, size_t which, doubl
     double td[MAX_ROUNDS], tb[MAX_ROUNDS];
     daemon_round(&lp, 1);
     local_round(&lp, 1);
-    for (int r = 0; r < rounds; r++) {
-        /* Round r's values are round r + 2's pattern (the untimed round had 1). */
-        if (r % 2 == 0) {
-            td[r] = daemon_round(&lp, r + 2);
-            tb[r] = local_round(&lp, r + 2);
-        } else {
-            tb[r] = local_round(&lp, r + 2);
-            td[r] = daemon_round(&lp, r + 2);
+    /*
+     * Blocks of BLOCK_ROUNDS rounds, the sides alternating block by block
+     * (the first side alternating too): inside a block each side's requests
+     * come exactly the loop's own pause apart, as in a user's loop, rather
+     * than that pause plus the other side's round.
+     */
+    for (int start = 0; start < rounds; start += BLOCK_ROUNDS) {
+        const int end = start + BLOCK_ROUNDS < rounds ? start + BLOCK_ROUNDS : rounds;
+        for (int side = 0; side < 2; side++) {
+            const int daemon_side = ((start / BLOCK_ROUNDS) % 2) == side;
+            /* Round r's values are round r + 2's pattern (the untimed round had 1). */
+            for (int r = start; r < end; r++) {
+                if (daemon_side)
+                    td[r] = daemon_round(&lp, r + 2);
+                else
+                    tb[r] = local_round(&lp, r + 2);
+            }
         }
     }
     if (lp.kind != LOOP_D2H_IDLE) {
@@ -221,13 +234,13 @@ static void transfer_line(tf_client *c, const local_side *l, size_t which, doubl
     }
     const double mt = bench_summary(td, (size_t)rounds, BENCH_MEDIAN);
     const double mb = bench_summary(tb, (size_t)rounds, BENCH_MEDIAN);
-    printf("# %s: %d rounds of %s, the sides alternating; one transfer: tenferrod median %.1f us "
+    printf("# %s: %d rounds of %s, the sides alternating in blocks of %d; one transfer: tenferrod median %.1f us "
            "(p10 %.1f, p90 %.1f), cudaMemcpy median %.1f us (p10 %.1f, p90 %.1f)\n",
            name, rounds,
            lp.kind == LOOP_H2D_IDLE   ? "fill, 2 ms asleep, upload"
            : lp.kind == LOOP_D2H_IDLE ? "2 ms asleep, download, read"
                                       : "fill, upload",
-           mt / 1e3, at_fraction(td, (size_t)rounds, 0.1) / 1e3,
+           BLOCK_ROUNDS, mt / 1e3, at_fraction(td, (size_t)rounds, 0.1) / 1e3,
            at_fraction(td, (size_t)rounds, 0.9) / 1e3, mb / 1e3,
            at_fraction(tb, (size_t)rounds, 0.1) / 1e3, at_fraction(tb, (size_t)rounds, 0.9) / 1e3);
     bench_report(name, (double)lp.bytes / mt, (double)lp.bytes / mb, "GB/s");

@@ -57,6 +57,11 @@ static int start_va(th_daemon *d, const char *socket, va_list ap) {
     if (busy_poll && busy_poll[0]) {
         argv[n++] = "--busy-poll-us";
         argv[n++] = busy_poll;
+        /* No polling means none across request gaps either: every request then takes the socket. */
+        if (strcmp(busy_poll, "0") == 0) {
+            argv[n++] = "--idle-poll-max-us";
+            argv[n++] = "0";
+        }
     }
     const char *extra;
     while ((extra = va_arg(ap, const char *)) != NULL && n < 31) argv[n++] = extra;

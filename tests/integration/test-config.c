@@ -188,12 +188,13 @@ static void five_pending_uploads(const th_daemon *d) {
 
 START_TEST(test_reload_busy_poll) {
     char path[128];
-    write_config(path, sizeof path, "poll", "[daemon]\nbusy_poll_us = 0\n");
+    /* Polling across request gaps off too: only busy_poll_us decides here. */
+    write_config(path, sizeof path, "poll", "[daemon]\nbusy_poll_us = 0\nidle_poll_max_us = 0\n");
     th_daemon d;
     CK_DAEMON_START(&d, "--config", path);
     five_pending_uploads(&d);
     ck_assert_uint_eq(th_counter(&d, "mailbox_requests"), 0);
-    write_config(path, sizeof path, "poll", "[daemon]\nbusy_poll_us = 1000000\n");
+    write_config(path, sizeof path, "poll", "[daemon]\nbusy_poll_us = 1000000\nidle_poll_max_us = 0\n");
     reload(&d, "configuration reloaded");
     five_pending_uploads(&d);
     ck_assert_msg(th_counter(&d, "mailbox_requests") > 0,

@@ -502,11 +502,15 @@ static tf_status square_chain(tf_view *v, void *arg) {
     return TF_OK;
 }
 
-/* A size and a count of products that keep the suite's device busy for seconds. */
+/*
+ * A size and a count of products that keep the suite's device busy for
+ * seconds, in a Submit small enough for the ring (a few thousand operations:
+ * a larger one takes the socket).
+ */
 static void long_work(int *n, int *count) {
     const int gpu = strcmp(th_device(), "cpu") != 0;
-    *n = gpu ? 2048 : 384;
-    *count = gpu ? 8000 : 2000;
+    *n = gpu ? 4096 : 384;
+    *count = 1000;
 }
 
 /* A child that opens a held session, queues long work and waits in the ring until it is killed. */
@@ -564,7 +568,7 @@ START_TEST(test_ring_kills) {
     free(a);
     tf_session *s;
     CK_STATUS(c, tf_session_open(c, &s), TF_OK);
-    chain_args x = {c, t, count * 3};
+    chain_args x = {c, t, count};
     CK_STATUS(c, tf_session_with(s, square_chain, &x), TF_OK);
     pid_t killer = fork();
     if (killer == 0) {
