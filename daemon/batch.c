@@ -20,6 +20,7 @@
 #include "daemon/prepared.h"
 #include "daemon/quota.h"
 #include "daemon/server.h"
+#include "daemon/sync-point.h"
 #include "daemon/unwritten.h"
 
 
@@ -68,6 +69,28 @@ tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, const 
              use);
     *status = TF_ERR_BUSY;
     return NULL;
+}
+
+/*
+ * An accepted operation item `it` reads tensor t: where the backend copies
+ * beside its compute queue (sync-point.h), it waits for t's upload still on
+ * the copy queue, and when transfers use t it becomes t's last reader, which
+ * the next upload into t waits for. Without memory for a point the item
+ * waits for every side copy, or t stops being tracked (its next upload then
+ * waits for everything before it): slower, never unordered.
+ */
+static void order_read(tfd_conn *c, tfd_tensor *t, tfd_item *it) {
+    if (t->copy_done) {
+        if (it->n_waits < TFD_ITEM_WAITS)
+            it->waits[it->n_waits++] = tfd_sync_point_ref(t->copy_done);
+        else
+            it->join_copies = 1;
+    }
+    if (!t->tracked) return;
+    if (!it->mark) it->mark = tfd_sync_point_new(&c->srv->backend);
+    tfd_sync_point_unref(t->last_read);
+    t->last_read = tfd_sync_point_ref(it->mark);
+    if (!t->last_read) t->tracked = 0;
 }
 
 /* Copies a table record into a kernel's view of it. */
@@ -295,6 +318,10 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     }
     if (spare) tfd_item_free(spare); /* its block lives on in the new tensor */
     view_of(&rec, &d->out);
+    for (int i = 0; i < d->n_inputs; i++) {
+        tfd_tensor *t = tfd_tensor_table_find(&c->tensors, op->inputs[i]);
+        if (t) order_read(c, t, it);
+    }
     chain_push(ch, it);
     if (kind == TF__OP_TEST_FAULT)
         tfd_log(TFD_LOG_WARN, "client %llu (pid %d) queued test_fault: the device will fault",
@@ -435,6 +462,10 @@ static tf_status prepare_run(tfd_conn *c, const Tenferro__Op *op, uint64_t accep
     it->u.run.skipped = run_skipped;
     it->u.run.drop = run_drop;
     it->u.run.arg = a;
+    for (int i = 0; i < p->n_inputs; i++) {
+        tfd_tensor *t = tfd_tensor_table_find(&c->tensors, op->inputs[i]);
+        if (t) order_read(c, t, it);
+    }
     chain_push(ch, it);
     c->srv->counters.prepared_runs++;
     return TF_OK;

@@ -14,6 +14,7 @@
 #include "common/spin.h"
 #include "daemon/executor.h"
 #include "daemon/log.h"
+#include "daemon/sync-point.h"
 
 /* An item waiting on the completion thread for its backend event. */
 typedef struct pending_event {
@@ -108,6 +109,20 @@ static void post_done(tfd_executor *ex, tfd_item *it) {
     }
 }
 
+/*
+ * Lets go of the event an item's completion waited for: a side copy's is its
+ * sync point's, shared with the work that waits for the copy (dropped with
+ * that reference); any other is the item's own.
+ */
+static void release_event(tfd_executor *ex, tfd_item *it, void *event) {
+    if (it->point && tfd_sync_point_event(it->point) == event) {
+        tfd_sync_point_unref(it->point);
+        it->point = NULL;
+        return;
+    }
+    ex->be->vt->event_destroy(ex->be, event);
+}
+
 /* Loop thread: runs the callbacks of every item completed since the last wake-up. */
 static void on_done_ready(uv_poll_t *h, int status, int events) {
     (void)status;
@@ -193,7 +208,7 @@ static void *event_thread_main(void *arg) {
 
         char msg[256] = "";
         tf_status st = ex->be->vt->event_wait(ex->be, it->event, msg, sizeof msg);
-        ex->be->vt->event_destroy(ex->be, it->event);
+        release_event(ex, it, it->event);
         it->event = NULL;
         if (st != TF_OK && it->outcome.status == TF_OK) {
             it->outcome.status = st;
@@ -271,7 +286,7 @@ static int copy_done_soon(tfd_executor *ex, const tfd_item *it, void *event) {
 static void publish_completed(tfd_executor *ex, tfd_item *it, void *event) {
     char msg[256] = "";
     tf_status st = ex->be->vt->event_wait(ex->be, event, msg, sizeof msg);
-    ex->be->vt->event_destroy(ex->be, event);
+    release_event(ex, it, event);
     if (st != TF_OK && it->outcome.status == TF_OK) {
         it->outcome.status = st;
         it->outcome.batch = it->batch;
@@ -320,8 +335,10 @@ void tfd_executor_watch_copies(tfd_executor *ex) {
 static void complete_item(tfd_stream *s, tfd_item *it) {
     tfd_executor *ex = s->ex;
     char msg[256] = "";
-    void *event = NULL;
-    tf_status st = ex->be->vt->event_record(ex->be, s->native, &event, msg, sizeof msg);
+    /* A copy that ran on the copy queue completes with the event recorded after it there. */
+    void *event = tfd_sync_point_event(it->point);
+    tf_status st = TF_OK;
+    if (!event) st = ex->be->vt->event_record(ex->be, s->native, &event, msg, sizeof msg);
     if (st != TF_OK && it->outcome.status == TF_OK) {
         it->outcome.status = st;
         snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
@@ -373,6 +390,53 @@ static tf_status skipped_status(tfd_backend *be) {
                                                                           : TF_ERR_DISCONNECTED;
 }
 
+/*
+ * Before an operation: the stream waits for the uploads of its inputs still
+ * on the copy queue (or for every side copy, when more than fit the item).
+ */
+static tf_status wait_for_copies(tfd_stream *s, tfd_item *it, char *msg, size_t msg_len) {
+    const tfd_backend_vtable *vt = s->ex->be->vt;
+    if (!vt->stream_wait) return TF_OK;
+    if (it->join_copies) return vt->join_side_copies(s->ex->be, s->native, msg, msg_len);
+    for (int i = 0; i < it->n_waits; i++) {
+        void *ev = tfd_sync_point_event(it->waits[i]);
+        tf_status st = ev ? vt->stream_wait(s->ex->be, s->native, ev, msg, msg_len)
+                          : vt->join_side_copies(s->ex->be, s->native, msg, msg_len);
+        if (st != TF_OK) return st;
+    }
+    return TF_OK;
+}
+
+/* After an operation that reads a tracked tensor: the event the next upload into it waits for. */
+static void mark_after(tfd_stream *s, tfd_item *it) {
+    if (!it->mark) return;
+    char msg[64];
+    void *ev = NULL;
+    /* Without an event the next upload waits for everything before it instead. */
+    if (s->ex->be->vt->event_record(s->ex->be, s->native, &ev, msg, sizeof msg) == TF_OK && ev)
+        tfd_sync_point_set(it->mark, ev);
+}
+
+/* What comes next on the stream waits for every side copy issued so far. */
+static void join_copies(tfd_stream *s) {
+    char msg[256];
+    if (s->ex->be->vt->join_side_copies &&
+        s->ex->be->vt->join_side_copies(s->ex->be, s->native, msg, sizeof msg) != TF_OK)
+        tfd_log(TFD_LOG_ERROR, "joining the copy queue: %s", msg);
+}
+
+/* A pending transfer's copy on the stream's copy queue, after `after`, its event into `point`. */
+static tf_status side_copy(tfd_stream *s, tfd_item *it, int to_device, char *msg, size_t msg_len) {
+    tfd_backend *be = s->ex->be;
+    void *done = NULL;
+    void *dst = to_device ? it->u.copy.device : it->u.copy.host;
+    const void *src = to_device ? it->u.copy.host : it->u.copy.device;
+    tf_status st = be->vt->side_copy(be, s->native, to_device, dst, src, it->u.copy.bytes,
+                                     tfd_sync_point_event(it->after), &done, msg, msg_len);
+    if (st == TF_OK) tfd_sync_point_set(it->point, done);
+    return st;
+}
+
 /* Runs one item on the worker that serves its stream. */
 static void execute_item(tfd_stream *s, tfd_item *it) {
     tfd_executor *ex = s->ex;
@@ -392,6 +456,8 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
     }
     switch (it->type) {
     case TFD_ITEM_OP:
+        if (s->failure.status == TF_OK && (st = wait_for_copies(s, it, msg, sizeof msg)) != TF_OK)
+            note_failure(s, it, st, msg);
         if (s->failure.status == TF_OK) {
             st = tfd_backend_run_op(be, s->native, &it->u.op, msg, sizeof msg);
             atomic_fetch_add(&ex->counters.ops_executed, 1);
@@ -401,9 +467,13 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
         if (st != TF_OK || s->failure.status != TF_OK)
             zero_quietly(be, s, it->u.op.out.data,
                          (size_t)it->u.op.out.numel * tf_dtype_size(it->u.op.out.dtype));
+        mark_after(s, it);
         break;
     case TFD_ITEM_WRITE:
-        if (s->failure.status == TF_OK) {
+        if (s->failure.status == TF_OK && it->side) {
+            st = side_copy(s, it, 1, msg, sizeof msg);
+            if (st != TF_OK) note_failure(s, it, st, msg);
+        } else if (s->failure.status == TF_OK) {
             st = be->vt->copy_to_device(be, s->native, it->u.copy.device, it->u.copy.host,
                                         it->u.copy.bytes);
             if (st != TF_OK) note_failure(s, it, st, "copy to device failed");
@@ -420,7 +490,10 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
         tfd_item_free(it);
         return;
     case TFD_ITEM_READ:
-        if (s->failure.status == TF_OK) {
+        if (s->failure.status == TF_OK && it->side) {
+            st = side_copy(s, it, 0, msg, sizeof msg);
+            if (st != TF_OK) note_failure(s, it, st, msg);
+        } else if (s->failure.status == TF_OK) {
             st = be->vt->copy_to_host(be, s->native, it->u.copy.host, it->u.copy.device,
                                       it->u.copy.bytes);
             if (st != TF_OK) note_failure(s, it, st, "copy to host failed");
@@ -436,18 +509,23 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
         it->u.call.fn(s, it->u.call.arg);
         break;
     case TFD_ITEM_RUN:
+        if (s->failure.status == TF_OK && (st = wait_for_copies(s, it, msg, sizeof msg)) != TF_OK)
+            note_failure(s, it, st, msg);
         if (s->failure.status == TF_OK) {
             st = it->u.run.fn(be, s->native, it->u.run.arg, msg, sizeof msg);
             atomic_fetch_add(&ex->counters.ops_executed, 1);
             if (st != TF_OK) note_failure(s, it, st, msg);
         }
         if (st != TF_OK || s->failure.status != TF_OK) it->u.run.skipped(be, s->native, it->u.run.arg);
+        mark_after(s, it);
         break;
     case TFD_ITEM_FREE:
+        join_copies(s); /* the memory may be a side copy's still */
         be->vt->free(be, s->native, it->u.free.ptr, it->u.free.bytes);
         tfd_executor_note_free(ex, it->u.free.bytes);
         break;
     case TFD_ITEM_MARKER:
+        join_copies(s); /* everything enqueued before, side copies included */
         if (!it->keeps_failure) {
             it->outcome = s->failure;
             memset(&s->failure, 0, sizeof s->failure);

@@ -59,6 +59,9 @@ typedef struct tfd_item_outcome {
     char message[256];
 } tfd_item_outcome;
 
+/* Copies on the copy queue one operation item can wait for by name (more: it waits for them all). */
+#define TFD_ITEM_WAITS 4
+
 struct tfd_item {
     tfd_item *next;
     tfd_item_type type;
@@ -108,6 +111,23 @@ struct tfd_item {
     tfd_item_outcome outcome;
     void *event; /* backend event recorded after this item, if any */
     tfd_stream *stream;
+    /*
+     * Order across the stream's compute and copy queues (sync-point.h): an
+     * OP or RUN item waits for `waits` (uploads of its inputs still on the
+     * copy queue) before it runs, or for every side copy when they did not
+     * fit, and records `mark` after itself (the next upload into one of its
+     * tracked inputs waits for it). A WRITE or READ with `side` runs on the
+     * copy queue after `after` (NULL: after everything before it), and
+     * `point` receives the event recorded after it, which is also the event
+     * its completion waits for.
+     */
+    struct tfd_sync_point *waits[TFD_ITEM_WAITS];
+    int n_waits;
+    int join_copies;
+    struct tfd_sync_point *mark;
+    int side;
+    struct tfd_sync_point *after;
+    struct tfd_sync_point *point;
 };
 
 /* Counters the executor keeps, readable from any thread. */

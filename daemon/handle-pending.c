@@ -46,6 +46,7 @@
 #include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "daemon/sync-point.h"
 #include "daemon/transfer.h"
 #include "daemon/unwritten.h"
 
@@ -184,7 +185,12 @@ static void finalize(tfd_conn *c, tfd_transfer *tr) {
     if (b) b->in_flight = 0;
     /* A closing connection's tensor table is already gone (its tensors were freed on the stream). */
     tfd_tensor *t = tfd_tensor_table_find(&c->tensors, tr->tensor);
-    if (t) t->in_flight = 0;
+    if (t) {
+        t->in_flight = 0;
+        /* The copy is done: what reads the tensor from now on need not wait for it. */
+        tfd_sync_point_unref(t->copy_done);
+        t->copy_done = NULL;
+    }
     if (st == TF_OK) {
         srv->counters.transfers_completed++;
         if (tr->upload)
@@ -229,6 +235,30 @@ static void on_transfer_done(tfd_item *it) {
     tr->item_alive = 0;
     if (tr->dropped) free(tr);
     if (c->closing) tfd_conn_maybe_free(c);
+}
+
+/*
+ * Where the backend has a copy queue beside its compute queue, a pending
+ * transfer's copy runs there, so it overlaps the kernels queued before it
+ * that do not touch its tensor. An upload waits only for the last operation
+ * that read the tensor since a transfer first used it (before that, for
+ * everything queued before it, which covers the tensor's allocation and its
+ * producer), and leaves the point the operations reading the new values wait
+ * for. A download waits for everything queued before it. Without memory for
+ * the points the copy simply stays in stream order.
+ */
+static void beside_compute(tfd_conn *c, tfd_tensor *t, tfd_item *it, int upload) {
+    tfd_backend *be = &c->srv->backend;
+    if (!be->vt->side_copy) return;
+    it->point = tfd_sync_point_new(be);
+    if (!it->point) return;
+    it->side = 1;
+    if (upload) {
+        if (t->tracked) it->after = tfd_sync_point_ref(t->last_read);
+        tfd_sync_point_unref(t->copy_done);
+        t->copy_done = tfd_sync_point_ref(it->point);
+    }
+    t->tracked = 1;
 }
 
 tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_t tag, char *msg,
@@ -276,6 +306,7 @@ tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_
     it->early = on_transfer_early;
     it->done_arg = tr;
     it->tag = tag;
+    beside_compute(c, t, it, upload);
     c->srv->counters.transfers_accepted++;
     /* An idle stream starts the copy here, before the answer goes out; a busy one queues it. */
     if (!tfd_stream_execute_now(c->stream, it)) tfd_stream_enqueue(c->stream, it, it, 1);

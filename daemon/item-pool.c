@@ -18,6 +18,7 @@
 
 #include "common/frame.h"
 #include "daemon/executor.h"
+#include "daemon/sync-point.h"
 
 /* Items kept for reuse at most (about 1 KiB each). */
 #if defined(__SANITIZE_ADDRESS__) || defined(TFD_ITEM_POOL_OFF)
@@ -53,6 +54,10 @@ void tfd_item_free(tfd_item *item) {
     if (!item) return;
     if (item->type == TFD_ITEM_WRITE) tf__frame_free(item->u.copy.owned);
     if (item->type == TFD_ITEM_RUN && item->u.run.drop) item->u.run.drop(item->u.run.arg);
+    for (int i = 0; i < item->n_waits; i++) tfd_sync_point_unref(item->waits[i]);
+    tfd_sync_point_unref(item->mark);
+    tfd_sync_point_unref(item->after);
+    tfd_sync_point_unref(item->point);
     if (atomic_fetch_add_explicit(&pooled_count, 1, memory_order_relaxed) >= POOL_MAX) {
         atomic_fetch_sub_explicit(&pooled_count, 1, memory_order_relaxed);
         free(item);

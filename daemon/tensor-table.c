@@ -1,6 +1,7 @@
 /* The tensor table (see tensor-table.h): the id table plus live counts. */
 #include <string.h>
 
+#include "daemon/sync-point.h"
 #include "daemon/tensor-table.h"
 
 void tfd_tensor_table_init(tfd_tensor_table *t) {
@@ -8,7 +9,20 @@ void tfd_tensor_table_init(tfd_tensor_table *t) {
     tf__id_table_init(&t->map, sizeof(tfd_tensor));
 }
 
+/* Drops the sync points a record holds. */
+static void drop_points(tfd_tensor *rec) {
+    tfd_sync_point_unref(rec->copy_done);
+    tfd_sync_point_unref(rec->last_read);
+    rec->copy_done = rec->last_read = NULL;
+}
+
+static void drop_points_of(void *record, void *arg) {
+    (void)arg;
+    drop_points(record);
+}
+
 void tfd_tensor_table_destroy(tfd_tensor_table *t) {
+    tf__id_table_each(&t->map, drop_points_of, NULL);
     tf__id_table_free(&t->map);
     t->count = 0;
     t->bytes = 0;
@@ -30,6 +44,7 @@ int tfd_tensor_table_remove(tfd_tensor_table *t, uint64_t id, tfd_tensor *remove
     if (tf__id_table_remove(&t->map, id, &rec) != 0) return -1;
     t->count--;
     t->bytes -= rec.bytes;
+    drop_points(&rec);
     if (removed) *removed = rec;
     return 0;
 }

@@ -33,6 +33,15 @@ typedef struct tfd_tensor {
     size_t bytes;
     size_t written; /* bytes [0, written) were written by this client (or zeroed); see unwritten.h */
     int in_flight; /* TFD_FLIGHT_*: a pending transfer holds it; operations may still read it */
+    /*
+     * Order beside the copy queue (sync-point.h), where the backend has one:
+     * copy_done is the pending upload that writes it (operations reading it
+     * wait for that); once a transfer has used it, it is tracked and
+     * last_read is the last operation that read it (the next upload into it
+     * waits for that one, not for everything before).
+     */
+    struct tfd_sync_point *copy_done, *last_read;
+    int tracked;
 } tfd_tensor;
 
 typedef struct tfd_tensor_table {

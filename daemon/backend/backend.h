@@ -165,6 +165,20 @@ typedef struct tfd_backend_vtable {
     int (*event_done)(tfd_backend *be, void *event);
 
     /*
+     * Optional, for backends with a copy engine beside the compute queue
+     * (NULL: copies stay in stream order). side_copy runs a pending
+     * transfer's copy on the stream's copy queue after `after` (an event of
+     * this backend, or NULL: after everything enqueued on the stream so far)
+     * and records *done after it, so kernels enqueued meanwhile run beside
+     * it. stream_wait makes what is enqueued on the stream next wait for an
+     * event; join_side_copies makes it wait for every side copy so far.
+     */
+    tf_status (*side_copy)(tfd_backend *be, void *stream, int to_device, void *dst, const void *src,
+                           size_t bytes, void *after, void **done, char *msg, size_t msg_len);
+    tf_status (*stream_wait)(tfd_backend *be, void *stream, void *event, char *msg, size_t msg_len);
+    tf_status (*join_side_copies)(tfd_backend *be, void *stream, char *msg, size_t msg_len);
+
+    /*
      * Optional (NULL = always healthy): TF_OK while the device can still be
      * trusted, else TF_ERR_DEVICE with the reason, once an error has made
      * every later result unreliable (a CUDA context poisoned by a kernel fault).

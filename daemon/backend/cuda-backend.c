@@ -274,6 +274,8 @@ void tfd_cuda_stream_delete(tfd_cuda_stream *s, int device_ok) {
     cudaError_t e = cudaStreamDestroy(s->stream);
     if (e != cudaSuccess)
         (void)tfd_cuda_fail(e, "cudaStreamDestroy(s->stream)", __FILE__, __LINE__, NULL, 0);
+    if (s->copy != NULL && (e = cudaStreamDestroy(s->copy)) != cudaSuccess)
+        (void)tfd_cuda_fail(e, "cudaStreamDestroy(s->copy)", __FILE__, __LINE__, NULL, 0);
     free(s);
 }
 
@@ -594,6 +596,99 @@ static tf_status cuda_copy_to_device(tfd_backend *be, void *stream, void *dst, c
 static tf_status cuda_copy_to_host(tfd_backend *be, void *stream, void *dst, const void *src,
                                    size_t bytes) {
     return cuda_copy(be, stream, dst, src, bytes, cudaMemcpyDeviceToHost, "copy_to_host");
+}
+
+static void cuda_event_destroy(tfd_backend *be, void *event);
+
+/* An event from the pool (or a new one), for recording; cudaSuccess or the error. */
+static cudaError_t pooled_event(cuda_impl *impl, cudaEvent_t *ev) {
+    *ev = NULL;
+    pthread_mutex_lock(&impl->lock);
+    if (impl->n_free_events > 0) *ev = impl->free_events[--impl->n_free_events];
+    pthread_mutex_unlock(&impl->lock);
+    if (*ev != NULL) return cudaSuccess;
+    return cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+}
+
+/*
+ * A pending transfer's copy on the stream's copy queue: it waits for `after`
+ * (an event of this backend; NULL: everything enqueued on the stream so far),
+ * copies, and records *done after itself. Kernels enqueued on the stream
+ * meanwhile run beside it; whoever depends on the copy waits for *done.
+ */
+static tf_status cuda_side_copy(tfd_backend *be, void *stream, int to_device, void *dst,
+                                const void *src, size_t bytes, void *after, void **done, char *msg,
+                                size_t msg_len) {
+    cuda_impl *impl = be->impl;
+    tfd_cuda_stream *s = stream;
+    cudaEvent_t before = NULL, ev = NULL;
+    *done = NULL;
+    tf_status st = enter(impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    if (s == NULL || dst == NULL || src == NULL) {
+        snprintf(msg, msg_len, "cuda: side copy of %zu bytes without a %s", bytes,
+                 s == NULL ? "stream" : "buffer");
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (s->copy == NULL)
+        TFD_CUDA_CHECK_GOTO(cudaStreamCreateWithPriority(&s->copy, cudaStreamNonBlocking, s->priority),
+                            st, msg, msg_len, fail);
+    if (after == NULL) {
+        TFD_CUDA_CHECK_GOTO(pooled_event(impl, &before), st, msg, msg_len, fail);
+        TFD_CUDA_CHECK_GOTO(cudaEventRecord(before, s->stream), st, msg, msg_len, fail);
+        after = before;
+    }
+    TFD_CUDA_CHECK_GOTO(cudaStreamWaitEvent(s->copy, (cudaEvent_t)after, 0), st, msg, msg_len, fail);
+    TFD_CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, bytes,
+                                        to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                        s->copy),
+                        st, msg, msg_len, fail);
+    TFD_CUDA_CHECK_GOTO(pooled_event(impl, &ev), st, msg, msg_len, fail);
+    TFD_CUDA_CHECK_GOTO(cudaEventRecord(ev, s->copy), st, msg, msg_len, fail);
+    s->side_copies++;
+    if (before != NULL) cuda_event_destroy(be, before);
+    *done = ev;
+    return TF_OK;
+fail:
+    if (before != NULL) cuda_event_destroy(be, before);
+    if (ev != NULL) cuda_event_destroy(be, ev);
+    log_failure("side_copy", st, msg);
+    return st;
+}
+
+/* What is enqueued on the stream next waits for `event` (a side copy's, or another item's). */
+static tf_status cuda_stream_wait(tfd_backend *be, void *stream, void *event, char *msg,
+                                  size_t msg_len) {
+    tfd_cuda_stream *s = stream;
+    if (event == NULL || s == NULL) return TF_OK;
+    tf_status st = enter(be->impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    TFD_CUDA_CHECK_GOTO(cudaStreamWaitEvent(s->stream, (cudaEvent_t)event, 0), st, msg, msg_len,
+                        fail);
+    return TF_OK;
+fail:
+    log_failure("stream_wait", st, msg);
+    return st;
+}
+
+/* What is enqueued on the stream next waits for every side copy issued so far. */
+static tf_status cuda_join_side_copies(tfd_backend *be, void *stream, char *msg, size_t msg_len) {
+    cuda_impl *impl = be->impl;
+    tfd_cuda_stream *s = stream;
+    if (s == NULL || s->side_copies == 0) return TF_OK;
+    cudaEvent_t ev = NULL;
+    tf_status st = enter(impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    TFD_CUDA_CHECK_GOTO(pooled_event(impl, &ev), st, msg, msg_len, fail);
+    TFD_CUDA_CHECK_GOTO(cudaEventRecord(ev, s->copy), st, msg, msg_len, fail);
+    TFD_CUDA_CHECK_GOTO(cudaStreamWaitEvent(s->stream, ev, 0), st, msg, msg_len, fail);
+    cuda_event_destroy(be, ev);
+    s->side_copies = 0;
+    return TF_OK;
+fail:
+    if (ev != NULL) cuda_event_destroy(be, ev);
+    log_failure("join_side_copies", st, msg);
+    return st;
 }
 
 /* Zeroes device memory on the stream (cudaMemsetAsync runs at memory bandwidth, a few TB/s). */
@@ -1028,7 +1123,10 @@ static int cuda_stream_done(tfd_backend *be, void *stream) {
     cuda_impl *impl = be->impl;
     char msg[64];
     if (!stream || enter(impl, msg, sizeof msg) != TF_OK) return 0;
-    return cudaStreamQuery(((tfd_cuda_stream *)stream)->stream) == cudaSuccess;
+    const tfd_cuda_stream *s = stream;
+    /* Its copy queue too: a synchronize covers the pending copies as it did in stream order. */
+    return cudaStreamQuery(s->stream) == cudaSuccess &&
+           (s->copy == NULL || cudaStreamQuery(s->copy) == cudaSuccess);
 }
 
 /* The device is lost for good once the context is poisoned. */
@@ -1123,6 +1221,9 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .event_destroy = cuda_event_destroy,
     .stream_done = cuda_stream_done,
     .event_done = cuda_event_done,
+    .side_copy = cuda_side_copy,
+    .stream_wait = cuda_stream_wait,
+    .join_side_copies = cuda_join_side_copies,
     .health = cuda_health,
     .trim = cuda_trim,
     .host_register = cuda_host_register,

@@ -80,6 +80,13 @@ typedef struct tfd_cuda_stream {
      * the capture's private plans.
      */
     tfd_cuda_capture *capture;
+    /*
+     * The stream's copy queue for pending transfers (created at the first),
+     * so a copy overlaps the stream's kernels; side_copies counts the copies
+     * issued there since the stream last waited for them all.
+     */
+    cudaStream_t copy;
+    unsigned side_copies;
 } tfd_cuda_stream;
 
 /* Every stream of one device, pooled or in use, so trim and an out-of-memory retry reach them. */

@@ -815,6 +815,99 @@ static tf_status chain_then_download(tf_view *v, void *arg) {
     return TF_OK;
 }
 
+/* Operands of the reader chain: `count` products t * t, each freed but the last (in *last). */
+typedef struct reader_chain {
+    tf_client *c;
+    tf_tensor t, last;
+    int count;
+} reader_chain;
+
+static tf_status read_chain(tf_view *v, void *arg) {
+    reader_chain *r = arg;
+    for (int i = 0; i < r->count; i++) {
+        tf_tensor out;
+        tf_status st = tf_view_matmul(v, r->t, r->t, &out);
+        if (st != TF_OK) return st;
+        if (i > 0 && (st = tf_tensor_free(r->c, r->last)) != TF_OK) return st;
+        r->last = out;
+    }
+    return TF_OK;
+}
+
+/* Entry (i, j) of a * a for an n x n row-major a, in long double. */
+static double square_entry(int n, const double *a, int i, int j) {
+    long double s = 0;
+    for (int k = 0; k < n; k++) s += (long double)a[(size_t)i * n + k] * a[(size_t)k * n + j];
+    return (double)s;
+}
+
+/* Fails unless 16 spread entries of p (n x n) are a * a's within tol. */
+static void expect_square(const char *what, int round, int n, const double *p, const double *a) {
+    for (int e = 0; e < 16; e++) {
+        const int i = (e * 7919) % n, j = (e * 104729 + 13) % n;
+        const double want = square_entry(n, a, i, j), got = p[(size_t)i * n + j];
+        ck_assert_msg(fabs(got - want) <= 1e-9 * (fabs(want) + n),
+                      "round %d: %s entry (%d,%d) is %.17g, expected %.17g", round, what, i, j,
+                      got, want);
+    }
+}
+
+/*
+ * An upload must not overwrite values that work already submitted still
+ * reads: a long chain of products reading t is submitted, then at once
+ * fresh values are uploaded into t (pending, no wait) and read by one more
+ * product. The chain's result must be the old values' square and the new
+ * product the new values'. A copy that ran beside the chain without waiting
+ * for its last read of t would mix them. The work is long on a GPU too.
+ */
+START_TEST(test_upload_waits_for_submitted_readers) {
+    th_daemon d;
+    CK_DAEMON_START(&d, (char *)NULL);
+    tf_client *c = th_connect(&d);
+    const int gpu = strcmp(th_device(), "cpu") != 0;
+    const int n = gpu ? 2048 : 192, count = gpu ? 200 : 20;
+    const size_t elems = (size_t)n * (size_t)n, bytes = elems * sizeof(double);
+    const int64_t shape[2] = {n, n};
+    double *old_values = xmalloc(bytes), *new_values = xmalloc(bytes);
+    tf_pinned_buffer *b = new_buffer(c, bytes);
+    tf_tensor t = zeros(c, TF_F64, 2, shape);
+    for (int round = 0; round < 3; round++) {
+        /* Old values in through a pending upload: t is tracked from now on. */
+        fill_both(b, TF_F64, elems, old_values);
+        tf_pending *p = NULL;
+        OK(c, tf_upload_pending(c, b, t, &p));
+        wait_back(c, p, t, b);
+        tf_session *s = NULL;
+        OK(c, tf_session_open(c, &s));
+        reader_chain chain = {c, t, 0, count};
+        OK(c, tf_session_with(s, read_chain, &chain));
+        OK(c, tf_session_submit(s));
+        /* At once, while the chain runs: new values into t, read by one more product. */
+        fill_both(b, TF_F64, elems, new_values);
+        OK(c, tf_upload_pending(c, b, t, &p));
+        reader_chain after = {c, t, 0, 1};
+        OK(c, tf_session_with(s, read_chain, &after));
+        OK(c, tf_session_synchronize(s));
+        OK(c, tf_session_close(s, NULL));
+        wait_back(c, p, t, b);
+        double *got = fetch(c, chain.last, elems);
+        expect_square("the chain submitted before the upload", round, n, got, old_values);
+        free(got);
+        got = fetch(c, after.last, elems);
+        expect_square("the product queued after the upload", round, n, got, new_values);
+        free(got);
+        OK(c, tf_tensor_free(c, chain.last));
+        OK(c, tf_tensor_free(c, after.last));
+    }
+    OK(c, tf_tensor_free(c, t));
+    OK(c, tf_pinned_buffer_free(b));
+    free(old_values);
+    free(new_values);
+    tf_disconnect(c);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
 /*
  * A pending and a blocking download of products a long chain will make, the
  * chain itself reading a pending upload's destination: _i 0 held (after the
@@ -1268,6 +1361,7 @@ int main(void) {
     tcase_add_test(tc, test_refusals_change_nothing);
     tcase_add_loop_test(tc, test_release_with_queued_consumers, 0, 3);
     tcase_add_loop_test(tc, test_download_of_queued_work, 0, 2);
+    tcase_add_test(tc, test_upload_waits_for_submitted_readers);
     tcase_add_test(tc, test_daemon_orders_and_refuses);
     suite_add_tcase(suite, tc);
     SRunner *sr = srunner_create(suite);
