@@ -16,29 +16,13 @@
 #include <strings.h>
 
 #include "client/internal.h"
+#include "common/ring.h"
 #include "common/spin.h"
 
 /* How long a reply that waits for no device work is polled for before the client sleeps. */
 #define REPLY_SPIN_US 60u
 /* Entries at or below this size are packed on the stack. */
 #define STACK_ENTRY_BYTES 4096u
-
-/* An entry's bytes in its area: header and frame, padded to 8. */
-static uint64_t entry_span(size_t bytes) { return (sizeof(tf_ring_entry) + (uint64_t)bytes + 7) & ~(uint64_t)7; }
-
-/* Copies len bytes into position pos of a wrapping area of `area` bytes. */
-static void copy_in(uint8_t *base, uint64_t area, uint64_t pos, const void *src, size_t len) {
-    uint64_t at = pos % area, first = area - at < len ? area - at : len;
-    memcpy(base + at, src, (size_t)first);
-    if (first < len) memcpy(base, (const uint8_t *)src + first, len - (size_t)first);
-}
-
-/* Copies len bytes from position pos of a wrapping area. */
-static void copy_out(void *dst, const uint8_t *base, uint64_t area, uint64_t pos, size_t len) {
-    uint64_t at = pos % area, first = area - at < len ? area - at : len;
-    memcpy(dst, base + at, (size_t)first);
-    if (first < len) memcpy((uint8_t *)dst + first, base, len - (size_t)first);
-}
 
 /* TENFERRO_RING=0 or off: every request takes the socket (for comparisons and tests). */
 static int ring_wanted(void) {
@@ -72,7 +56,7 @@ int tf__ring_carries(const tf_client *c, const Tenferro__Frame *frame) {
 /* Writes frame (its sequence number assigned) as the next request entry; 0, or -1 when it does not fit. */
 static int write_entry(tf_client *c, const Tenferro__Frame *frame) {
     size_t len = tenferro__frame__get_packed_size(frame);
-    uint64_t span = entry_span(len);
+    uint64_t span = tf__ring_span(len);
     uint64_t tail = __atomic_load_n(&c->ring->req_tail, __ATOMIC_ACQUIRE);
     if (len > UINT32_MAX || span > c->ring_request_bytes || tail > c->ring_req_head ||
         c->ring_req_head - tail + span > c->ring_request_bytes)
@@ -82,8 +66,8 @@ static int write_entry(tf_client *c, const Tenferro__Frame *frame) {
     if (!body) return -1;
     tenferro__frame__pack(frame, body);
     tf_ring_entry e = {.bytes = (uint32_t)len, .seq = frame->seq, .after_seq = c->last_socket_seq};
-    copy_in(c->ring_requests, c->ring_request_bytes, c->ring_req_head, &e, sizeof e);
-    copy_in(c->ring_requests, c->ring_request_bytes, c->ring_req_head + sizeof e, body, len);
+    tf__ring_put(c->ring_requests, c->ring_request_bytes, c->ring_req_head, &e, sizeof e);
+    tf__ring_put(c->ring_requests, c->ring_request_bytes, c->ring_req_head + sizeof e, body, len);
     if (body != stack) free(body);
     c->ring_req_head += span;
     /* Sequentially consistent, then the polling flag: either the daemon sees it or we ring. */
@@ -126,8 +110,8 @@ static tf_status read_reply(tf_client *c, uint64_t seq, Tenferro__Frame **reply)
         c->broken = 1;
         return tf__fail(c, TF_ERR_DISCONNECTED, "connection to tenferrod lost: its reply ring is torn");
     }
-    copy_out(&e, c->ring_replies, c->ring_reply_bytes, c->ring_rep_tail, sizeof e);
-    if (entry_span(e.bytes) > avail || e.seq != seq) {
+    tf__ring_get(&e, c->ring_replies, c->ring_reply_bytes, c->ring_rep_tail, sizeof e);
+    if (tf__ring_span(e.bytes) > avail || e.seq != seq) {
         c->broken = 1;
         return tf__fail(c, TF_ERR_DISCONNECTED, "connection to tenferrod lost: %s",
                         e.seq != seq ? "reply out of sequence" : "its reply ring is torn");
@@ -135,8 +119,8 @@ static tf_status read_reply(tf_client *c, uint64_t seq, Tenferro__Frame **reply)
     uint8_t stack[STACK_ENTRY_BYTES];
     uint8_t *body = e.bytes <= sizeof stack ? stack : malloc(e.bytes);
     if (!body) return tf__fail(c, TF_ERR_NO_MEMORY, "out of memory reading a reply");
-    copy_out(body, c->ring_replies, c->ring_reply_bytes, c->ring_rep_tail + sizeof e, e.bytes);
-    c->ring_rep_tail += entry_span(e.bytes);
+    tf__ring_get(body, c->ring_replies, c->ring_reply_bytes, c->ring_rep_tail + sizeof e, e.bytes);
+    c->ring_rep_tail += tf__ring_span(e.bytes);
     __atomic_store_n(&r->rep_tail, c->ring_rep_tail, __ATOMIC_RELEASE);
     Tenferro__Frame *f = tf__frame_decode(body, e.bytes);
     if (body != stack) free(body);

@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/ring.h"
 #include "daemon/busy-poll.h"
 #include "daemon/conn.h"
 #include "daemon/log.h"
@@ -14,23 +15,6 @@
 
 /* Entries handled in one poll of one connection, so one busy ring does not hold the loop. */
 #define ENTRIES_PER_POLL 16
-
-/* An entry's bytes in its area: header and frame, padded to 8. */
-static uint64_t entry_span(uint32_t bytes) { return (sizeof(tf_ring_entry) + (uint64_t)bytes + 7) & ~(uint64_t)7; }
-
-/* Copies len bytes from position pos of a wrapping area of `area` bytes. */
-static void copy_out(void *dst, const uint8_t *base, uint64_t area, uint64_t pos, size_t len) {
-    uint64_t at = pos % area, first = area - at < len ? area - at : len;
-    memcpy(dst, base + at, (size_t)first);
-    if (first < len) memcpy((uint8_t *)dst + first, base, len - (size_t)first);
-}
-
-/* Copies len bytes into position pos of a wrapping area. */
-static void copy_in(uint8_t *base, uint64_t area, uint64_t pos, const void *src, size_t len) {
-    uint64_t at = pos % area, first = area - at < len ? area - at : len;
-    memcpy(base + at, src, (size_t)first);
-    if (first < len) memcpy(base, (const uint8_t *)src + first, len - (size_t)first);
-}
 
 int tfd_ring_attach(tfd_conn *c, uint8_t *mapping) {
     c->ring.scratch = malloc(TF_RING_REQUEST_BYTES);
@@ -77,8 +61,8 @@ static int take_entry(tfd_conn *c, Tenferro__Frame **out) {
         return -1;
     }
     tf_ring_entry e;
-    copy_out(&e, r->requests, TF_RING_REQUEST_BYTES, r->req_tail, sizeof e);
-    if (e.bytes == 0 || entry_span(e.bytes) > avail) {
+    tf__ring_get(&e, r->requests, TF_RING_REQUEST_BYTES, r->req_tail, sizeof e);
+    if (e.bytes == 0 || tf__ring_span(e.bytes) > avail) {
         tfd_conn_fail(c, "submission ring: an entry of %u bytes at %llu does not lie within the %llu "
                          "bytes written",
                       e.bytes, (unsigned long long)r->req_tail, (unsigned long long)avail);
@@ -94,8 +78,8 @@ static int take_entry(tfd_conn *c, Tenferro__Frame **out) {
     }
     int place = free_outstanding(r);
     if (place < 0) return 0; /* its reply would have nowhere to go yet */
-    copy_out(r->scratch, r->requests, TF_RING_REQUEST_BYTES, r->req_tail + sizeof e, e.bytes);
-    r->req_tail += entry_span(e.bytes);
+    tf__ring_get(r->scratch, r->requests, TF_RING_REQUEST_BYTES, r->req_tail + sizeof e, e.bytes);
+    r->req_tail += tf__ring_span(e.bytes);
     __atomic_store_n(&r->header->req_tail, r->req_tail, __ATOMIC_RELEASE);
     Tenferro__Frame *frame = NULL;
     tf_status st = tf__frame_decode_status(r->scratch, e.bytes, TF__DECODE_BUDGET(e.bytes), &frame);
@@ -152,7 +136,7 @@ int tfd_ring_reply(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_ring *r = &c->ring;
     if (!r->header || frame->seq == 0 || !take_outstanding(r, frame->seq)) return 0;
     size_t len = tenferro__frame__get_packed_size(frame);
-    uint64_t span = entry_span((uint32_t)len);
+    uint64_t span = tf__ring_span((uint32_t)len);
     /* The client's read position, read once; one outside what was written is its own loss. */
     uint64_t tail = __atomic_load_n(&r->header->rep_tail, __ATOMIC_ACQUIRE);
     if (tail > r->rep_head || r->rep_head - tail + span > TF_RING_REPLY_BYTES) {
@@ -168,8 +152,8 @@ int tfd_ring_reply(tfd_conn *c, Tenferro__Frame *frame) {
     }
     tenferro__frame__pack(frame, body);
     tf_ring_entry e = {.bytes = (uint32_t)len, .seq = frame->seq};
-    copy_in(r->replies, TF_RING_REPLY_BYTES, r->rep_head, &e, sizeof e);
-    copy_in(r->replies, TF_RING_REPLY_BYTES, r->rep_head + sizeof e, body, len);
+    tf__ring_put(r->replies, TF_RING_REPLY_BYTES, r->rep_head, &e, sizeof e);
+    tf__ring_put(r->replies, TF_RING_REPLY_BYTES, r->rep_head + sizeof e, body, len);
     free(body);
     r->rep_head += span;
     __atomic_store_n(&r->header->rep_head, r->rep_head, __ATOMIC_RELEASE);

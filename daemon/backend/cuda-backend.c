@@ -1024,12 +1024,7 @@ static tf_status cuda_event_record(tfd_backend *be, void *stream, void **event, 
         snprintf(msg, msg_len, "cuda: event_record without a stream");
         return TF_ERR_INTERNAL;
     }
-    pthread_mutex_lock(&impl->lock);
-    if (impl->n_free_events > 0) ev = impl->free_events[--impl->n_free_events];
-    pthread_mutex_unlock(&impl->lock);
-    if (ev == NULL)
-        TFD_CUDA_CHECK_GOTO(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), st, msg,
-                            msg_len, sync_instead);
+    TFD_CUDA_CHECK_GOTO(pooled_event(impl, &ev), st, msg, msg_len, sync_instead);
     TFD_CUDA_CHECK_GOTO(cudaEventRecord(ev, s->stream), st, msg, msg_len, record_failed);
     *event = ev;
     return TF_OK;
