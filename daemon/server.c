@@ -115,7 +115,8 @@ static void on_device_lost(void *arg, const char *reason) {
 static int poll_mailboxes(void *arg) {
     tfd_server *srv = arg;
     int served = tfd_server_poll_mailboxes(srv);
-    tfd_executor_watch_copies(srv->ex);
+    /* Once the executor is stopping (stopping 2) it has watched its last copies and may be gone. */
+    if (srv->stopping < 2) tfd_executor_watch_copies(srv->ex);
     return served;
 }
 static void mailboxes_polled(void *arg, int on) { tfd_server_mailboxes_polled(arg, on); }
