@@ -267,7 +267,10 @@ tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_
     it->done_arg = tr;
     it->tag = tag;
     c->srv->counters.transfers_accepted++;
-    /* An idle stream starts the copy here, before the answer goes out; a busy one queues it. */
+    /*
+     * An idle stream starts the copy here, before the answer goes out (CUDA), or
+     * has the loop run a small one right after the answer (CPU); a busy one queues it.
+     */
     if (!tfd_stream_execute_now(c->stream, it)) tfd_stream_enqueue(c->stream, it, it, 1);
     return TF_OK;
 }
