@@ -10,9 +10,10 @@
  * batch.c, handle-free.c and handle-transfer.c refuse the tensor with
  * TF_ERR_BUSY, BufferFree and other transfers refuse the buffer.
  *
- * When the copy has completed, the executor thread that saw it publishes the
- * outcome in the transfer's slot at once (status, then state DONE, then a
- * futex wake) and marks the record completed; the client's wait does not
+ * When the copy has completed, the thread that saw it (a worker, the
+ * completion thread, or the loop for a small CPU copy it ran itself right
+ * after the answer) publishes the outcome in the transfer's slot at once
+ * (status, then state DONE, then a futex wake) and marks the record completed; the client's wait does not
  * wait for the loop thread. The loop then finalizes the record: it clears
  * the in-flight marks and counts the transfer, and a transfer the client
  * released (TransferRelease: nobody will wait for it) frees its buffer and
