@@ -11,7 +11,12 @@
  * daemon's product is checked once against cblas_dgemm. The two sides take
  * turns in BLOCKS blocks with a pause before each, so OpenBLAS threads still
  * spinning on one side do not steal the cores from the other, and a change
- * of load on the machine falls on both sides alike.
+ * of load on the machine falls on both sides alike. Many short blocks rather
+ * than a few long ones: on a 2-vCPU machine shared with other work, one
+ * block pair's ratio ranged 0.5-2.1 within a run (whichever side a passing
+ * compile or spinning process landed on ran its product at half speed), so
+ * with 6 blocks a run's medians measured the load's luck (0.66-1.9 across
+ * runs); 20 blocks average it out on both sides (docs/performance.md).
  */
 #include <math.h>
 #include <stdio.h>
@@ -24,7 +29,7 @@
 #define M 256
 #define WARMUP 20
 #define ITERS 300
-#define BLOCKS 6
+#define BLOCKS 20
 #define PAUSE_MS 200 /* longer than OpenBLAS's idle threads spin before they sleep */
 
 static const char *const NAME = "bench-matmul";

@@ -137,7 +137,7 @@ static tf_status fill(tf_client *c, size_t need) {
             c->rcap = cap;
         }
     }
-    int spins = RECV_SPIN_TRIES;
+    int spins = c->wait_sleeps ? 0 : RECV_SPIN_TRIES;
     while (c->rlen < need) {
         tf_status fd_st;
         /* Poll briefly before sleeping: a reply that is microseconds away costs no wake-up. */

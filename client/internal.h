@@ -160,6 +160,10 @@ struct tf_client {
     uint64_t spin_until_ns;      /* replies are polled for until then (0: the short default) */
     uint64_t wait_spin_max_ns;   /* TENFERRO_WAIT_SPIN_US: the longest poll of one wait */
     uint64_t last_wait_ns;       /* how long the last synchronize waited */
+    int wait_sleeps;             /* this synchronize sleeps at once: it is not polled for and the
+                                    last one outlasted the short poll (the CPU backend, or
+                                    TENFERRO_WAIT_SPIN_US=0) */
+    int device_is_host;          /* the daemon's device is this machine's CPU (its cores do the work) */
 };
 
 /* Records a failure message (printf-style) and returns status, for `return tf__fail(...)`. */
@@ -237,11 +241,23 @@ void tf__encode_ops(tf__queued_op *queue, size_t n, Tenferro__Op *ops, Tenferro_
 /* Sets the client's longest poll from TENFERRO_WAIT_SPIN_US and the device (at the handshake). */
 void tf__wait_spin_init(tf_client *c);
 
+/* How long a reply that waits for no device work is polled for before the client sleeps. */
+#define TF__REPLY_SPIN_US 60u
+/*
+ * Where synchronizes are not polled for, one sleeps at once when the last
+ * took longer than this: several short polls, so the wake-up a sleep adds to
+ * a short wait never keeps the next one from polling.
+ */
+#define TF__WAIT_SLEEP_AFTER_US (4u * TF__REPLY_SPIN_US)
+
 /*
  * Around a request whose reply waits for queued device work: begin lets the
  * reply be polled for about as long as the last such wait took (up to the
- * maximum), end records how long this one took and goes back to the short
- * default poll. Returns the start time for end.
+ * maximum); where synchronizes are not polled for, it has the reply slept
+ * for at once when the last wait took longer than TF__WAIT_SLEEP_AFTER_US
+ * (the short poll would only have held a core the work needs). End records
+ * how long this one took and goes back to the short default poll. Returns
+ * the start time for end.
  */
 uint64_t tf__wait_spin_begin(tf_client *c);
 void tf__wait_spin_end(tf_client *c, uint64_t started_ns);

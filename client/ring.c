@@ -19,8 +19,6 @@
 #include "common/ring.h"
 #include "common/spin.h"
 
-/* How long a reply that waits for no device work is polled for before the client sleeps. */
-#define REPLY_SPIN_US 60u
 /* Entries at or below this size are packed on the stack. */
 #define STACK_ENTRY_BYTES 4096u
 
@@ -86,12 +84,13 @@ static tf_status ring_doorbell(tf_client *c) {
     return tf__send(c, &bell);
 }
 
-/* How long to poll for the reply: a synchronize's budget (wait-spin.c), else the short default. */
+/* How long to poll for the reply: a synchronize's budget or none (wait-spin.c), else the short default. */
 static uint32_t reply_spin_us(const tf_client *c) {
-    if (!c->spin_until_ns) return REPLY_SPIN_US;
+    if (c->wait_sleeps) return 0;
+    if (!c->spin_until_ns) return TF__REPLY_SPIN_US;
     uint64_t now = tf__now_ns();
     uint64_t left = c->spin_until_ns > now ? (c->spin_until_ns - now) / 1000u : 0;
-    return left > REPLY_SPIN_US ? (uint32_t)left : REPLY_SPIN_US;
+    return left > TF__REPLY_SPIN_US ? (uint32_t)left : TF__REPLY_SPIN_US;
 }
 
 /* Reads the next reply from the ring, waiting for it; it must answer `seq`. */

@@ -8,7 +8,11 @@
  * cudaDeviceSynchronize); a process that would rather sleep sets
  * TENFERRO_WAIT_SPIN_US=0 (docs/operations.md, "Client CPU while waiting").
  * Against the CPU backend the default is not to poll: there the daemon's
- * own threads do the work on the cores a polling client would take.
+ * own threads do the work on the cores a polling client would take. Such a
+ * client still polls a reply briefly (TF__REPLY_SPIN_US) while its waits are
+ * short (an empty synchronize), and sleeps at once while they are several
+ * times longer (TF__WAIT_SLEEP_AFTER_US): a poll at the start of a matrix
+ * product only takes a core from it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +28,8 @@
 void tf__wait_spin_init(tf_client *c) {
     const char *env = getenv("TENFERRO_WAIT_SPIN_US");
     char *end = NULL;
-    unsigned long long us = strcmp(c->device, "cpu") == 0 || strncmp(c->device, "cpu ", 4) == 0
-                                ? 0
-                                : WAIT_SPIN_DEFAULT_US;
+    c->device_is_host = strcmp(c->device, "cpu") == 0 || strncmp(c->device, "cpu ", 4) == 0;
+    unsigned long long us = c->device_is_host ? 0 : WAIT_SPIN_DEFAULT_US;
     if (env && env[0]) {
         unsigned long long v = strtoull(env, &end, 10);
         if (end && *end == '\0') us = v > 10000000ull ? 10000000ull : v;
@@ -40,6 +43,8 @@ uint64_t tf__wait_spin_begin(tf_client *c) {
         uint64_t budget = c->last_wait_ns + c->last_wait_ns / 4 + WAIT_SPIN_SLACK_US * 1000u;
         if (budget > c->wait_spin_max_ns) budget = c->wait_spin_max_ns;
         c->spin_until_ns = now + budget;
+    } else {
+        c->wait_sleeps = c->last_wait_ns > (uint64_t)TF__WAIT_SLEEP_AFTER_US * 1000u;
     }
     return now;
 }
@@ -47,4 +52,5 @@ uint64_t tf__wait_spin_begin(tf_client *c) {
 void tf__wait_spin_end(tf_client *c, uint64_t started_ns) {
     c->last_wait_ns = tf__now_ns() - started_ns;
     c->spin_until_ns = 0;
+    c->wait_sleeps = 0;
 }

@@ -25,6 +25,8 @@
 
 
 tf_status tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec) {
+    /* Nothing queued or running can read it: freed here, sparing a worker's wake-up. */
+    if (tfd_stream_free_if_idle(c->stream, rec->data, rec->bytes)) return TF_OK;
     tfd_item *it = tfd_item_new(TFD_ITEM_FREE);
     if (!it) return TF_ERR_NO_MEMORY;
     it->u.free.ptr = rec->data;

@@ -66,8 +66,10 @@ tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, const 
                               tf_status *status, char *msg, size_t msg_len);
 
 /*
- * Enqueues a FREE item for a tensor's device memory, behind everything queued
- * on the stream; the caller then removes the record from the table. Returns
+ * Frees a tensor's device memory: at once when nothing queued or running can
+ * read it on a backend that finishes in the call (tfd_stream_free_if_idle),
+ * else through a FREE item behind everything queued on the stream; the caller
+ * then removes the record from the table. Returns
  * TF_ERR_NO_MEMORY when no item can be made: nothing changed, the caller keeps
  * the record, and the connection's final free (tfd_conn_maybe_free) releases
  * it once its stream is idle, so memory a queued item may read is never freed

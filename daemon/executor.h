@@ -180,6 +180,14 @@ void tfd_stream_destroy(tfd_stream *s);
  */
 void tfd_stream_free_now(tfd_stream *s, void *ptr, size_t bytes);
 
+/*
+ * Loop thread: frees device memory at once when the backend finishes its work
+ * in the call and no worker holds the stream (nothing queued or running can
+ * read it), counted like an executed FREE, and returns 1; else 0 and the
+ * caller queues a FREE item.
+ */
+int tfd_stream_free_if_idle(tfd_stream *s, void *ptr, size_t bytes);
+
 /* The backend's native stream behind a logical stream (for allocation). */
 void *tfd_stream_native(tfd_stream *s);
 
@@ -220,13 +228,23 @@ void tfd_item_free(tfd_item *item);
 void tfd_item_pool_drain(void);
 
 /*
- * Loop thread: runs a WRITE or READ item whose host side is page-locked (a
- * pinned buffer) at once instead of queueing it, when the backend's copies
- * only enqueue device work (they never wait) and no worker holds the stream,
- * so its order is kept. Returns 1 when the item was
- * taken (it completes like a queued one), 0 when the caller must enqueue it.
+ * Loop thread: takes a WRITE or READ item whose host side is page-locked (a
+ * pinned buffer) instead of queueing it, when no worker holds the stream, so
+ * its order is kept. A backend whose copies only enqueue device work (they
+ * never wait) has it issued at once; one that finishes in the call (the CPU)
+ * has a copy of up to 1 MiB run by the loop once the turn's requests are
+ * answered (tfd_executor_run_loop_copies), the stream held meanwhile, which
+ * spares a worker's wake-up. Returns 1 when the item was taken (it completes
+ * like a queued one), 0 when the caller must enqueue it.
  */
 int tfd_stream_execute_now(tfd_stream *s, tfd_item *item);
+
+/*
+ * Loop thread, once the requests of this turn are answered: runs the copies
+ * tfd_stream_execute_now took for the loop, publishing each as a worker
+ * would, then lets its stream go (to a worker, if more was queued behind).
+ */
+void tfd_executor_run_loop_copies(tfd_executor *ex);
 
 /*
  * Loop thread, once the requests of this turn are answered: watches the

@@ -14,9 +14,10 @@
  * and handle-transfer.c refuse the tensor with TF_ERR_BUSY; BufferFree and
  * other transfers refuse the buffer.
  *
- * When the copy has completed, the executor thread that saw it publishes the
- * outcome in the transfer's slot at once (status, then state DONE, then a
- * futex wake) and marks the record completed; the client's wait does not
+ * When the copy has completed, the thread that saw it (a worker, the
+ * completion thread, or the loop for a small CPU copy it ran itself right
+ * after the answer) publishes the outcome in the transfer's slot at once
+ * (status, then state DONE, then a futex wake) and marks the record completed; the client's wait does not
  * wait for the loop thread. The loop then finalizes the record: it clears
  * the in-flight marks and counts the transfer, and a transfer the client
  * released (TransferRelease: nobody will wait for it) frees its buffer and
@@ -308,7 +309,10 @@ tf_status tfd_transfer_start(tfd_conn *c, const tfd_transfer_request *r, uint64_
     it->tag = tag;
     beside_compute(c, t, it, upload);
     c->srv->counters.transfers_accepted++;
-    /* An idle stream starts the copy here, before the answer goes out; a busy one queues it. */
+    /*
+     * An idle stream starts the copy here, before the answer goes out (CUDA), or
+     * has the loop run a small one right after the answer (CPU); a busy one queues it.
+     */
     if (!tfd_stream_execute_now(c->stream, it)) tfd_stream_enqueue(c->stream, it, it, 1);
     return TF_OK;
 }

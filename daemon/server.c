@@ -109,14 +109,17 @@ static void on_device_lost(void *arg, const char *reason) {
 
 /*
  * The loop's poller (busy-poll.h): the clients' submission mailboxes and
- * rings, then the copies the loop issued itself this turn, watched now that
- * their requests are answered.
+ * rings, then the copies the loop took this turn, run (CPU) or watched
+ * (CUDA) now that their requests are answered.
  */
 static int poll_mailboxes(void *arg) {
     tfd_server *srv = arg;
     int served = tfd_server_poll_mailboxes(srv);
-    /* Once the executor is stopping (stopping 2) it has watched its last copies and may be gone. */
-    if (srv->stopping < 2) tfd_executor_watch_copies(srv->ex);
+    /* Once the executor is stopping (stopping 2) it has run and watched its last copies and may be gone. */
+    if (srv->stopping < 2) {
+        tfd_executor_run_loop_copies(srv->ex);
+        tfd_executor_watch_copies(srv->ex);
+    }
     return served;
 }
 static void mailboxes_polled(void *arg, int on) { tfd_server_mailboxes_polled(arg, on); }

@@ -77,9 +77,18 @@ typedef struct tfd_backend_vtable {
      * 1 when copy_to_device and copy_to_host from and into page-locked host
      * memory only enqueue the copy on the stream and never wait (CUDA): the
      * loop thread may then start a pending transfer itself. 0 when a copy
-     * runs to its end in the call (CPU), so only workers may run one.
+     * runs to its end in the call (CPU), so a worker runs it, or the loop a
+     * small one once its request is answered (finishes_in_call).
      */
     int copies_enqueue_only;
+
+    /*
+     * 1 when every call has finished its work when it returns (CPU): a stream
+     * no worker holds then has nothing in flight, so the loop thread may free
+     * its memory at once and run a small copy itself (executor.h). 0 when
+     * work may still run on the device after the call (CUDA).
+     */
+    int finishes_in_call;
 
     /* Opens device `ordinal`; fills be->description. */
     tf_status (*open)(tfd_backend *be, int ordinal, char *msg, size_t msg_len);

@@ -203,6 +203,7 @@ static tf_status cpu_trim(tfd_backend *be, char *msg, size_t msg_len) {
 
 const tfd_backend_vtable tfd_cpu_backend = {
     .name = "cpu",
+    .finishes_in_call = 1,
     .open = cpu_open,
     .close = cpu_close,
     .stream_create = cpu_stream_create,
