@@ -474,6 +474,14 @@ START_TEST(test_ring_hostile_entries) {
         expect_last_word(&r, needle);
         raw_ring_close(&r);
     }
+    /*
+     * The connection ended over its reply held a session; it is reclaimed once
+     * that connection's stream has drained, after the socket closed. Only then
+     * is the domain free for the bystander's burst (the reject policy would
+     * answer TF_ERR_CONTENDED before).
+     */
+    ck_assert_msg(th_wait_counter(&d, "sessions_reclaimed", 1, 10000),
+                  "the session of the connection ended over its reply was not reclaimed");
     /* Everyone else is served as before, and the daemon still counts its clients right. */
     scoped_round(bystander);
     tf_disconnect(bystander);
