@@ -112,8 +112,7 @@ static void on_device_lost(void *arg, const char *reason) {
  * rings, then the copies the loop took this turn, run (CPU) or watched
  * (CUDA) now that their requests are answered.
  */
-static int poll_mailboxes(void *arg) {
-    tfd_server *srv = arg;
+int tfd_server_poll(tfd_server *srv) {
     int served = tfd_server_poll_mailboxes(srv);
     /* Once the executor is stopping (stopping 2) it has run and watched its last copies and may be gone. */
     if (srv->stopping < 2) {
@@ -122,6 +121,8 @@ static int poll_mailboxes(void *arg) {
     }
     return served;
 }
+
+static int poll_mailboxes(void *arg) { return tfd_server_poll(arg); }
 static void mailboxes_polled(void *arg, int on) { tfd_server_mailboxes_polled(arg, on); }
 
 /*

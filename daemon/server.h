@@ -68,6 +68,12 @@ void tfd_server_drain_check(tfd_server *srv);
  * or about to sleep (0), when they must ring the doorbell.
  */
 int tfd_server_poll_mailboxes(tfd_server *srv);
+/*
+ * What the loop does on each turn besides its descriptors: serves the
+ * mailboxes and rings, then runs (CPU) or watches (CUDA) the copies it took
+ * this turn. Returns how many requests it served.
+ */
+int tfd_server_poll(tfd_server *srv);
 void tfd_server_mailboxes_polled(tfd_server *srv, int polling);
 
 #endif

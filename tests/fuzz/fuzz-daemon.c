@@ -338,6 +338,7 @@ static void drain(fz_client *cl) {
 /* One turn: the loop without blocking, then every client's socket. */
 static void step(void) {
     uv_run(&loop, UV_RUN_NOWAIT);
+    tfd_server_poll(&server); /* as the daemon's own loop does each turn */
     for (int i = 0; i < MAX_CLIENTS; i++)
         if (clients[i]) drain(clients[i]);
 }
