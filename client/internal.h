@@ -137,7 +137,6 @@ struct tf_client {
     uint32_t ring_request_bytes, ring_reply_bytes;
     uint64_t ring_req_head, ring_rep_tail; /* this side's positions */
     uint64_t last_socket_seq;  /* the last frame sent on the socket, doorbells aside */
-    uint64_t ring_requests_sent, ring_doorbells; /* for tests and benchmarks (testing.h) */
     uint64_t slot_used[TF__COMPLETION_SLOTS / 64];     /* slots armed, waited for or detached */
     uint64_t slot_detached[TF__COMPLETION_SLOTS / 64]; /* released: reclaimed once DONE */
     /*
@@ -331,6 +330,11 @@ int tf__mailbox_usable(const tf_client *c);
 /* Writes a transfer request into the mailbox, ringing the doorbell if the daemon stopped polling. */
 tf_status tf__mailbox_submit(tf_client *c, uint32_t direction, uint64_t buffer, tf_tensor t,
                              size_t bytes, uint32_t slot);
+/*
+ * After a request was written to shared memory (the mailbox or the ring):
+ * sends a MailboxDoorbell frame when the daemon says it no longer polls.
+ */
+tf_status tf__doorbell_if_asleep(tf_client *c);
 /* Waits for the daemon's answer to the mailbox's request: TF_OK, or its refusal with the reason. */
 tf_status tf__mailbox_answer(tf_client *c);
 /*

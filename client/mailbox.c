@@ -32,7 +32,11 @@ tf_status tf__mailbox_submit(tf_client *c, uint32_t direction, uint64_t buffer, 
     m->after_seq = c->last_socket_seq; /* ring requests before it are answered already */
     m->client_sleeping = 0;
     __atomic_store_n(&m->state, (uint32_t)TF__MAILBOX_SUBMITTED, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&m->daemon_polling, __ATOMIC_SEQ_CST)) return TF_OK;
+    return tf__doorbell_if_asleep(c);
+}
+
+tf_status tf__doorbell_if_asleep(tf_client *c) {
+    if (__atomic_load_n(&c->mailbox->daemon_polling, __ATOMIC_SEQ_CST)) return TF_OK;
     /* The daemon may have gone to sleep before it saw the request: ring. */
     Tenferro__Frame bell = TENFERRO__FRAME__INIT;
     Tenferro__MailboxDoorbell body = TENFERRO__MAILBOX_DOORBELL__INIT;

@@ -73,17 +73,6 @@ static int write_entry(tf_client *c, const Tenferro__Frame *frame) {
     return 0;
 }
 
-/* Wakes a daemon that stopped polling before it could see the entry just written. */
-static tf_status ring_doorbell(tf_client *c) {
-    if (__atomic_load_n(&c->mailbox->daemon_polling, __ATOMIC_SEQ_CST)) return TF_OK;
-    Tenferro__Frame bell = TENFERRO__FRAME__INIT;
-    Tenferro__MailboxDoorbell body = TENFERRO__MAILBOX_DOORBELL__INIT;
-    bell.body_case = TENFERRO__FRAME__BODY_MAILBOX_DOORBELL;
-    bell.mailbox_doorbell = &body;
-    c->ring_doorbells++;
-    return tf__send(c, &bell);
-}
-
 /* How long to poll for the reply: a synchronize's budget or none (wait-spin.c), else the short default. */
 static uint32_t reply_spin_us(const tf_client *c) {
     if (c->wait_sleeps) return 0;
@@ -139,8 +128,7 @@ tf_status tf__ring_call(tf_client *c, Tenferro__Frame *request, Tenferro__Frame 
         tf_status st = tf__send(c, request);
         return st == TF_OK ? tf__recv(c, request->seq, reply) : st;
     }
-    c->ring_requests_sent++;
-    tf_status st = ring_doorbell(c);
+    tf_status st = tf__doorbell_if_asleep(c);
     if (st != TF_OK) return st;
     return read_reply(c, request->seq, reply);
 }

@@ -192,6 +192,22 @@ void tfd_executor_on_device_lost(tfd_executor *ex, void (*fn)(void *arg, const c
     ex->device_lost_arg = arg;
 }
 
+/* Publishes an item whose event completed: its status, its early callback, then the loop's. */
+static void publish_completed(tfd_executor *ex, tfd_item *it, void *event) {
+    char msg[256] = "";
+    tf_status st = ex->be->vt->event_wait(ex->be, event, msg, sizeof msg);
+    release_event(ex, it, event);
+    if (st != TF_OK && it->outcome.status == TF_OK) {
+        it->outcome.status = st;
+        it->outcome.batch = it->batch;
+        it->outcome.index = it->index;
+        snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
+        atomic_fetch_add(&ex->counters.execution_errors, 1);
+    }
+    if (it->early) it->early(it);
+    post_done(ex, it);
+}
+
 /* Completion thread: waits on each recorded event in order, then posts the item. */
 static void *event_thread_main(void *arg) {
     tfd_executor *ex = arg;
@@ -208,19 +224,9 @@ static void *event_thread_main(void *arg) {
         if (!ex->event_head) ex->event_tail = NULL;
         pthread_mutex_unlock(&ex->event_lock);
 
-        char msg[256] = "";
-        tf_status st = ex->be->vt->event_wait(ex->be, it->event, msg, sizeof msg);
-        release_event(ex, it, it->event);
+        void *event = it->event;
         it->event = NULL;
-        if (st != TF_OK && it->outcome.status == TF_OK) {
-            it->outcome.status = st;
-            it->outcome.batch = it->batch;
-            it->outcome.index = it->index;
-            snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
-            atomic_fetch_add(&ex->counters.execution_errors, 1);
-        }
-        if (it->early) it->early(it);
-        post_done(ex, it);
+        publish_completed(ex, it, event);
         atomic_fetch_sub_explicit(&ex->events_unposted, 1, memory_order_release);
     }
 }
@@ -290,22 +296,6 @@ static int copy_done_soon(tfd_executor *ex, const tfd_item *it, void *event) {
         tf__cpu_relax();
     } while (tf__now_ns() - start < expect);
     return 0;
-}
-
-/* Publishes an item whose event completed: its status, its early callback, then the loop's. */
-static void publish_completed(tfd_executor *ex, tfd_item *it, void *event) {
-    char msg[256] = "";
-    tf_status st = ex->be->vt->event_wait(ex->be, event, msg, sizeof msg);
-    release_event(ex, it, event);
-    if (st != TF_OK && it->outcome.status == TF_OK) {
-        it->outcome.status = st;
-        it->outcome.batch = it->batch;
-        it->outcome.index = it->index;
-        snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
-        atomic_fetch_add(&ex->counters.execution_errors, 1);
-    }
-    if (it->early) it->early(it);
-    post_done(ex, it);
 }
 
 /* Hands an item and its recorded event to the completion thread. */
