@@ -4,11 +4,7 @@
 
 #include "common/id-table.h"
 
-static uint64_t id_at(const tf__id_table *t, size_t i) {
-    uint64_t id;
-    memcpy(&id, t->slots + i * t->record_size, sizeof id);
-    return id;
-}
+static uint64_t id_at(const tf__id_table *t, size_t i) { return t->keys[i]; }
 
 static void *slot(const tf__id_table *t, size_t i) { return t->slots + i * t->record_size; }
 
@@ -26,7 +22,8 @@ void tf__id_table_init(tf__id_table *t, size_t record_size) {
 }
 
 void tf__id_table_free(tf__id_table *t) {
-    free(t->slots);
+    free(t->keys);
+    t->keys = NULL;
     t->slots = NULL;
     t->capacity = t->count = 0;
 }
@@ -43,16 +40,19 @@ void *tf__id_table_find(const tf__id_table *t, uint64_t id) {
 /* Doubles the table (or creates it) and reinserts every record. */
 static int grow(tf__id_table *t) {
     size_t cap = t->capacity ? t->capacity * 2 : 64;
-    tf__id_table bigger = {calloc(cap, t->record_size), t->record_size, cap, 0};
-    if (!bigger.slots) return -1;
+    uint64_t *keys = calloc(cap, sizeof(uint64_t) + t->record_size);
+    if (!keys) return -1;
+    tf__id_table bigger = {keys, (unsigned char *)(keys + cap), t->record_size, cap, 0};
     for (size_t i = 0; i < t->capacity; i++) {
         uint64_t id = id_at(t, i);
         if (!id) continue;
         size_t j = home_of(id, cap);
         while (id_at(&bigger, j)) j = (j + 1) & (cap - 1);
+        bigger.keys[j] = id;
         memcpy(slot(&bigger, j), slot(t, i), t->record_size);
     }
-    free(t->slots);
+    free(t->keys);
+    t->keys = bigger.keys;
     t->slots = bigger.slots;
     t->capacity = cap;
     return 0;
@@ -64,6 +64,7 @@ int tf__id_table_insert(tf__id_table *t, const void *record) {
     memcpy(&id, record, sizeof id);
     size_t i = home_of(id, t->capacity);
     while (id_at(t, i)) i = (i + 1) & (t->capacity - 1);
+    t->keys[i] = id;
     memcpy(slot(t, i), record, t->record_size);
     t->count++;
     return 0;
@@ -81,10 +82,12 @@ int tf__id_table_remove(tf__id_table *t, uint64_t id, void *removed) {
         size_t home = home_of(id_at(t, j), t->capacity);
         int movable = (j > hole) ? (home <= hole || home > j) : (home <= hole && home > j);
         if (movable) {
+            t->keys[hole] = t->keys[j];
             memcpy(slot(t, hole), slot(t, j), t->record_size);
             hole = j;
         }
     }
+    t->keys[hole] = 0;
     memset(slot(t, hole), 0, t->record_size);
     return 0;
 }
