@@ -18,6 +18,7 @@
 #include <cblas.h>
 
 #include "daemon/backend/contract-cache.h"
+#include "daemon/backend/cpu-blocks.h"
 #include "daemon/backend/cpu-fft.h"
 #include "daemon/backend/cpu-kernels.h"
 
@@ -81,6 +82,7 @@ static tf_status cpu_open(tfd_backend *be, int ordinal, char *msg, size_t msg_le
 
 /* Lets go of the FFTW plans, writing the wisdom back first (cpu-fft-cache.c). */
 static void cpu_close(tfd_backend *be) {
+    tfd_cpu_blocks_drain();
     tfd_cpu_impl *impl = be->impl;
     if (impl) tfd_fftw_cache_close(impl->fftw);
     free(impl);
@@ -113,10 +115,17 @@ static tf_status cpu_alloc(tfd_backend *be, void *stream, size_t bytes, void **p
     size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
     if (rounded < CPU_ALIGN) rounded = CPU_ALIGN;
     /*
-     * Small tensors take malloc's fast path (16-byte aligned, enough for every
-     * dtype); aligned_alloc costs a third of a small operation's daemon time.
+     * Small tensors take a kept block (cpu-blocks.h) or malloc's fast path
+     * (16-byte aligned, enough for every dtype); aligned_alloc costs a third
+     * of a small operation's daemon time.
      */
-    void *p = rounded <= CPU_SMALL_BYTES ? malloc(rounded) : aligned_alloc(CPU_ALIGN, rounded);
+    void *p = NULL;
+    if (rounded <= CPU_SMALL_BYTES) {
+        p = tfd_cpu_block_take(rounded);
+        if (!p) p = malloc(rounded);
+    } else {
+        p = aligned_alloc(CPU_ALIGN, rounded);
+    }
     if (p == NULL) return TF_ERR_NO_MEMORY;
     *ptr = p;
     return TF_OK;
@@ -125,8 +134,7 @@ static tf_status cpu_alloc(tfd_backend *be, void *stream, size_t bytes, void **p
 static void cpu_free(tfd_backend *be, void *stream, void *ptr, size_t bytes) {
     (void)be;
     (void)stream;
-    (void)bytes;
-    free(ptr);
+    if (bytes > CPU_SMALL_BYTES || !tfd_cpu_block_give(ptr)) free(ptr);
 }
 
 /* Both directions are host memory; skipping empty or self copies avoids memcpy's overlap rule. */
@@ -194,6 +202,7 @@ static int cpu_caches(tfd_backend *be, tfd_cache_stats *out, int max) {
 /* tenferroctl trim: the CPU backend keeps no device memory; its plan caches are emptied. */
 static tf_status cpu_trim(tfd_backend *be, char *msg, size_t msg_len) {
     char fft[256];
+    tfd_cpu_blocks_drain();
     tfd_cpu_trim(be, fft, sizeof fft);
     const uint64_t plans = tfd_contract_cache_clear(tfd_contract_plans());
     snprintf(msg, msg_len, "%s; %llu contraction plan%s dropped", fft, (unsigned long long)plans,
