@@ -37,6 +37,14 @@ void *tf__id_table_find(const tf__id_table *t, uint64_t id) {
     }
 }
 
+void tf__id_table_prefetch(const tf__id_table *t, uint64_t id) {
+    if (t->capacity == 0) return;
+    const size_t i = home_of(id, t->capacity);
+    __builtin_prefetch(&t->keys[i], 1);
+    __builtin_prefetch(slot(t, i), 1);
+    __builtin_prefetch((const char *)slot(t, i) + t->record_size - 1, 1);
+}
+
 /* Doubles the table (or creates it) and reinserts every record. */
 static int grow(tf__id_table *t) {
     size_t cap = t->capacity ? t->capacity * 2 : 64;

@@ -28,6 +28,13 @@ void tf__id_table_free(tf__id_table *t);
 /* The record with this id, or NULL; valid until the next insert or remove. */
 void *tf__id_table_find(const tf__id_table *t, uint64_t id);
 
+/*
+ * Asks the processor for the lines a lookup or an insert of id will touch
+ * first (its home key and record), without waiting for them: a caller that
+ * knows the next id it will look up hides the miss behind its current work.
+ */
+void tf__id_table_prefetch(const tf__id_table *t, uint64_t id);
+
 /* Copies a record (whose id must be absent and nonzero) in; -1 when out of memory. */
 int tf__id_table_insert(tf__id_table *t, const void *record);
 
