@@ -92,7 +92,6 @@ static tf_status prepare_fft(const Tenferro__Op *op, const tf__meta *in, tf__fft
 
 tf_status tfd_op_decode(const Tenferro__Op *op, int test_fault_allowed, tfd_op *d, char *msg,
                         size_t len) {
-    memset(d, 0, sizeof *d);
     const tf__op_kind kind = (tf__op_kind)op->kind;
     int arity = kind == TF__OP_FFT ? 1 : tf__op_arity(kind);
     if (kind == TF__OP_CONTRACT) {

@@ -15,8 +15,10 @@
 #include "daemon/backend/backend.h"
 
 /*
- * Fills d (zeroed first) with op's kind, input count, parameters, flags,
- * scalars and contraction labels. Refused: an unknown kind, FREE and
+ * Fills d, which the caller hands over zeroed (a new executor item's, a
+ * calloc'd plan node's: clearing it again here would write its 488 bytes
+ * twice for every operation of a batch), with op's kind, input count,
+ * parameters, flags, scalars and contraction labels. Refused: an unknown kind, FREE and
  * RUN_PREPARED (which the callers handle themselves), the wrong number of
  * inputs, too many parameters, a contraction descriptor out of its limits,
  * and TEST_FAULT unless test_fault_allowed.
