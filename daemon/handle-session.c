@@ -129,14 +129,18 @@ typedef struct sliced_submit {
     submit_finish_fn finish;
 } sliced_submit;
 
-/* Ends a submission: frees its frame, then does what its mode asks with the batch's outcome. */
+/*
+ * Ends a submission: does what its mode asks with the batch's outcome, then
+ * frees its frame (a large one takes a while to free, and the client waits
+ * for the answer, not for that).
+ */
 static void finish_submit(tfd_conn *c, Tenferro__Frame *frame, const tfd_batch_result *r,
                           submit_finish_fn finish) {
     uint64_t seq = frame->seq;
     uint32_t mode = frame->submit->mode;
     tfd_batch_result done = *r;
-    tf__frame_free(frame);
     finish(c, seq, mode, &done);
+    tf__frame_free(frame);
 }
 
 /* The slice budget: how long one connection's batch may hold the loop at a time. */
