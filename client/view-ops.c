@@ -147,6 +147,8 @@ tf_status tf__queue_push(tf_view *v, tf__op_kind kind, int n_inputs, const tf_te
     for (int i = 0; i < n_inputs; i++) q->inputs[i] = inputs[i];
     q->output = outh.id;
     tf__view_commit(v);
+    /* The next operation's output takes the next id: its slot in the handle table is asked for now. */
+    if (!v->graph) tf__id_table_prefetch(&c->handles, c->next_tensor_id + 1);
     *out = outh.id;
     *record = q;
     return tf__ok(c);
