@@ -124,6 +124,30 @@ tf_status tf__infer_output(tf__op_kind kind, const tf__meta *inputs, int n_input
                            char *msg, size_t msg_len);
 
 /*
+ * The last inference a caller made, kept so that a run of like operations (a
+ * chain of adds on one shape) runs the rules once: tf__infer_output is a
+ * function of its arguments alone, so asked again with equal arguments it
+ * answers as before. Zero-initialised it holds nothing.
+ */
+typedef struct tf__infer_memo {
+    int valid;
+    tf__op_kind kind;
+    int n_inputs, n_params;
+    unsigned flags;
+    int64_t params[TF_MAX_RANK];
+    tf__meta in[2], out;
+} tf__infer_memo;
+
+/*
+ * tf__infer_output through the memo: an inference of one or two inputs
+ * asked with the arguments of the memo's is answered from it, any other is
+ * run and, when it succeeds, kept. The answer is tf__infer_output's.
+ */
+tf_status tf__infer_output_memo(tf__infer_memo *memo, tf__op_kind kind, const tf__meta *inputs,
+                                int n_inputs, const int64_t *params, int n_params, unsigned flags,
+                                tf__meta *out, char *msg, size_t msg_len);
+
+/*
  * The shape rules of a contraction: label counts match the inputs' ranks,
  * one label is bound to one size, output labels distinct and present in an
  * input, dtypes equal (no promotion). Computes the output's metadata.

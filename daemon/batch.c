@@ -104,8 +104,17 @@ static void view_of(const tfd_tensor *t, tfd_tensor_view *v) {
     v->data = t->data;
 }
 
-/* Validated items are handed to the stream in chunks of this many while a batch is checked. */
+/*
+ * Validated items are handed to the stream in chunks while a batch is
+ * checked: first ENQUEUE_CHUNK of them, then each chunk twice the previous,
+ * up to ENQUEUE_CHUNK_MAX. A worker that runs small operations faster than
+ * the loop checks them finishes every chunk and sleeps, so each hand-over
+ * is a thread wake-up (a futex call on the loop, a context switch on the
+ * worker); growing chunks make that a few dozen per long batch instead of
+ * one every 64 operations, while the device still starts early.
+ */
 #define ENQUEUE_CHUNK 64
+#define ENQUEUE_CHUNK_MAX 1024
 
 /* Blocks a chain may hold for reuse (see chain.spare). */
 #define CHAIN_SPARES 8
@@ -268,7 +277,7 @@ static tf_status prepare_free(tfd_conn *c, const Tenferro__Op *op, chain *ch, ch
  * stream), allocates the output and appends its item.
  */
 static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accepted, chain *ch,
-                            char *msg, size_t len) {
+                            tf__infer_memo *memo, char *msg, size_t len) {
     tfd_item *it = tfd_item_new(TFD_ITEM_OP);
     if (!it) {
         snprintf(msg, len, "out of host memory");
@@ -298,7 +307,7 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
         view_of(t, &d->in[i]);
     }
     tf__meta out_meta;
-    st = tfd_op_infer(op, d, in_meta, &out_meta, msg, len);
+    st = tfd_op_infer(op, d, memo, in_meta, &out_meta, msg, len);
     if (st != TF_OK) {
         tfd_item_free(it);
         return st;
@@ -501,16 +510,20 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
      * count, and where such a batch stops would depend on the worker's speed.
      */
     const int first_at_once = !c->srv->opt.client_quota.queued_ops && !c->srv->opt.uid_quota.queued_ops;
+    uint64_t chunk = ENQUEUE_CHUNK;
+    tf__infer_memo memo = {0}; /* a chain of like operations infers its output once */
     while (job->next < job->n_ops) {
         size_t i = job->next;
         Tenferro__Op *op = job->ops[i];
+        /* The next operation's output goes into the table: its slot's lines are asked for now. */
+        if (i + 1 < job->n_ops) tf__id_table_prefetch(&c->tensors.map, job->ops[i + 1]->output);
         tfd_item *before = ch.last;
         tf_status st = op->kind == TF__OP_FREE
                            ? prepare_free(c, op, &ch, out->message, sizeof out->message)
                        : op->kind == TF__OP_RUN_PREPARED
                            ? prepare_run(c, op, out->accepted - flushed, &ch, out->message,
                                          sizeof out->message)
-                           : prepare_op(c, op, out->accepted - flushed, &ch, out->message,
+                           : prepare_op(c, op, out->accepted - flushed, &ch, &memo, out->message,
                                         sizeof out->message);
         if (st != TF_OK) {
             out->status = st;
@@ -527,11 +540,15 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
         out->accepted++;
         job->next++;
         /* Hand work over as it is validated, so the device starts while the rest is checked. */
-        if (ch.count >= ENQUEUE_CHUNK || (first_at_once && out->accepted == 1)) {
+        if (ch.count >= chunk || (first_at_once && out->accepted == 1)) {
+            if (ch.count >= chunk && chunk < ENQUEUE_CHUNK_MAX) chunk *= 2;
             chain_flush(c, &ch);
             flushed = out->accepted;
-            if (budget_ns && job->next < job->n_ops && tf__now_ns() - start > budget_ns) break;
         }
+        /* The slice's time is looked at every ENQUEUE_CHUNK operations, however large the chunks. */
+        if (budget_ns && job->next % ENQUEUE_CHUNK == 0 && job->next < job->n_ops &&
+            tf__now_ns() - start > budget_ns)
+            break;
     }
     /* A later slice builds a new chain: this one's spares are freed now, after its items. */
     chain_close(&ch, batch, (uint32_t)(job->next ? job->next - 1 : 0));

@@ -336,7 +336,7 @@ void tfd_executor_watch_copies(tfd_executor *ex) {
  * requeued behind the others if more arrived meanwhile, else given up.
  */
 static void release_stream(tfd_executor *ex, tfd_stream *s);
-static void execute_item(tfd_stream *s, tfd_item *it);
+static int execute_item(tfd_stream *s, tfd_item *it);
 
 void tfd_executor_run_loop_copies(tfd_executor *ex) {
     while (ex->loop_head) {
@@ -460,8 +460,8 @@ static tf_status side_copy(tfd_stream *s, tfd_item *it, int to_device, char *msg
     return st;
 }
 
-/* Runs one item on the worker that serves its stream. */
-static void execute_item(tfd_stream *s, tfd_item *it) {
+/* Runs one item on the worker that serves its stream; returns 1 when it ran an operation. */
+static int execute_item(tfd_stream *s, tfd_item *it) {
     tfd_executor *ex = s->ex;
     tfd_backend *be = ex->be;
     char msg[256] = "";
@@ -472,18 +472,19 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
         if (it->type == TFD_ITEM_READ || (it->type == TFD_ITEM_WRITE && it->done)) {
             it->outcome.status = skipped_status(be);
             complete_item(s, it);
-            return;
+            return 0;
         }
         tfd_item_free(it);
-        return;
+        return 0;
     }
+    int ran = 0;
     switch (it->type) {
     case TFD_ITEM_OP:
         if (s->failure.status == TF_OK && (st = wait_for_copies(s, it, msg, sizeof msg)) != TF_OK)
             note_failure(s, it, st, msg);
         if (s->failure.status == TF_OK) {
             st = tfd_backend_run_op(be, s->native, &it->u.op, msg, sizeof msg);
-            atomic_fetch_add(&ex->counters.ops_executed, 1);
+            ran = 1;
             if (st != TF_OK) note_failure(s, it, st, msg);
         }
         /* A skipped or failed operation's output stays readable: it must hold zeros, not old bytes. */
@@ -508,10 +509,10 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
         if (it->done) {
             it->outcome = s->failure;
             complete_item(s, it);
-            return;
+            return 0;
         }
         tfd_item_free(it);
-        return;
+        return 0;
     case TFD_ITEM_READ:
         if (s->failure.status == TF_OK && it->side) {
             st = side_copy(s, it, 0, msg, sizeof msg);
@@ -523,7 +524,7 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
         }
         it->outcome = s->failure;
         complete_item(s, it);
-        return;
+        return 0;
     case TFD_ITEM_ZERO:
         st = be->vt->fill_zero(be, s->native, it->u.free.ptr, it->u.free.bytes);
         if (st != TF_OK && s->failure.status == TF_OK) note_failure(s, it, st, "zero-fill failed");
@@ -536,7 +537,7 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
             note_failure(s, it, st, msg);
         if (s->failure.status == TF_OK) {
             st = it->u.run.fn(be, s->native, it->u.run.arg, msg, sizeof msg);
-            atomic_fetch_add(&ex->counters.ops_executed, 1);
+            ran = 1;
             if (st != TF_OK) note_failure(s, it, st, msg);
         }
         if (st != TF_OK || s->failure.status != TF_OK) it->u.run.skipped(be, s->native, it->u.run.arg);
@@ -554,9 +555,10 @@ static void execute_item(tfd_stream *s, tfd_item *it) {
             memset(&s->failure, 0, sizeof s->failure);
         }
         complete_item(s, it);
-        return;
+        return 0;
     }
     tfd_item_free(it);
+    return ran;
 }
 
 /* Puts a stream at the tail of the run queue; the caller holds ex->lock. */
@@ -582,15 +584,18 @@ static void serve_stream(tfd_executor *ex, tfd_stream *s) {
     s->running = 1;
     pthread_mutex_unlock(&s->lock);
 
-    uint64_t done = 0;
+    uint64_t done = 0, ops = 0;
+    tfd_item_pool_hold(); /* the items this serving lets go return to the pool at once */
     while (it) {
         tfd_item *next = it->next;
-        execute_item(s, it);
+        ops += (uint64_t)execute_item(s, it);
         done++;
         it = next;
     }
+    tfd_item_pool_release();
     atomic_fetch_sub(&s->queued, done);
     atomic_fetch_add(&ex->counters.items_executed, done);
+    if (ops) atomic_fetch_add(&ex->counters.ops_executed, ops);
     release_stream(ex, s);
 }
 

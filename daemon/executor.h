@@ -108,7 +108,6 @@ struct tfd_item {
     int keeps_failure;       /* MARKER: completes OK and leaves the stream's failure to the next one */
     void *done_arg;
     uint64_t tag;        /* the waiting request's sequence number */
-    tfd_item_outcome outcome;
     void *event; /* backend event recorded after this item, if any */
     tfd_stream *stream;
     /*
@@ -128,13 +127,21 @@ struct tfd_item {
     int side;
     struct tfd_sync_point *after;
     struct tfd_sync_point *point;
+    /* Last: its message is written only when the item reports a failure (tfd_item_new leaves it). */
+    tfd_item_outcome outcome;
 };
 
-/* Counters the executor keeps, readable from any thread. */
+/*
+ * Counters the executor keeps, readable from any thread. The workers count
+ * what they ran, the loop thread what it allocates for each operation it
+ * accepts: the two groups sit a cache line apart, so a worker finishing
+ * operations does not take the line from the loop at every one.
+ */
 typedef struct tfd_executor_counters {
     atomic_uint_fast64_t items_executed;
     atomic_uint_fast64_t ops_executed;
     atomic_uint_fast64_t execution_errors;
+    char apart[64];
     atomic_uint_fast64_t device_bytes_live;
     atomic_uint_fast64_t device_allocations_live;
 } tfd_executor_counters;
@@ -218,7 +225,11 @@ int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome);
  */
 void tfd_stream_cancel(tfd_stream *s);
 
-/* Allocates a zeroed item, reusing a let-go one when it can (item-pool.c); NULL when out of memory. */
+/*
+ * Allocates a zeroed item, reusing a let-go one when it can (item-pool.c);
+ * NULL when out of memory. The outcome's message is an empty string, the
+ * rest of its bytes are not cleared.
+ */
 tfd_item *tfd_item_new(tfd_item_type type);
 
 /* Lets an item go (after its callback, after it ran, or one never enqueued); any thread. */
@@ -226,6 +237,13 @@ void tfd_item_free(tfd_item *item);
 
 /* Frees the items kept for reuse (the calling thread's and the shared ones), at shutdown. */
 void tfd_item_pool_drain(void);
+
+/*
+ * Between these, items the calling thread lets go are kept back and returned
+ * to the pool together at the release (a worker serving a stream).
+ */
+void tfd_item_pool_hold(void);
+void tfd_item_pool_release(void);
 
 /*
  * Loop thread: takes a WRITE or READ item whose host side is page-locked (a

@@ -159,7 +159,7 @@ static tf_status plan_node(tfd_graph_plan *g, const Tenferro__Prepare *p, int n,
         view->numel = tf__meta_numel(&in[i]);
     }
     tf__meta out;
-    if ((st = tfd_op_infer(op, &node->op, in, &out, why, sizeof why)) != TF_OK) {
+    if ((st = tfd_op_infer(op, &node->op, NULL, in, &out, why, sizeof why)) != TF_OK) {
         snprintf(msg, len, "node %d: %s", n, why);
         return st;
     }

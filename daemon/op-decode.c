@@ -130,12 +130,15 @@ tf_status tfd_op_decode(const Tenferro__Op *op, int test_fault_allowed, tfd_op *
     return TF_OK;
 }
 
-tf_status tfd_op_infer(const Tenferro__Op *op, tfd_op *d, const tf__meta *in, tf__meta *out,
-                       char *msg, size_t len) {
+tf_status tfd_op_infer(const Tenferro__Op *op, tfd_op *d, tf__infer_memo *memo, const tf__meta *in,
+                       tf__meta *out, char *msg, size_t len) {
     switch (d->kind) {
     case TF__OP_CONTRACT: return tf__infer_contract(&d->contract, in, out, msg, len);
     case TF__OP_FFT: return prepare_fft(op, &in[0], &d->fft, out, msg, len);
     default:
+        if (memo)
+            return tf__infer_output_memo(memo, d->kind, in, d->n_inputs, d->params, d->n_params,
+                                         d->flags, out, msg, len);
         return tf__infer_output(d->kind, in, d->n_inputs, d->params, d->n_params, d->flags, out,
                                 msg, len);
     }

@@ -28,9 +28,11 @@ tf_status tfd_op_decode(const Tenferro__Op *op, int test_fault_allowed, tfd_op *
 
 /*
  * With the metadata of d's inputs: runs the operation's shape rules, fills
- * the FFT descriptor from op, and writes the output's metadata.
+ * the FFT descriptor from op, and writes the output's metadata. `memo`
+ * (tf__infer_memo, may be NULL) keeps the last inference of the common rules
+ * for the next operation that asks the same.
  */
-tf_status tfd_op_infer(const Tenferro__Op *op, tfd_op *d, const tf__meta *in, tf__meta *out,
-                       char *msg, size_t len);
+tf_status tfd_op_infer(const Tenferro__Op *op, tfd_op *d, tf__infer_memo *memo, const tf__meta *in,
+                       tf__meta *out, char *msg, size_t len);
 
 #endif
