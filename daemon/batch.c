@@ -482,6 +482,24 @@ static tf_status prepare_run(tfd_conn *c, const Tenferro__Op *op, uint64_t accep
     return TF_OK;
 }
 
+/*
+ * While operation i is checked, asks for what the next ones will read: the
+ * decoded operation after next (decoded a while ago, it has left the
+ * caches of a long frame), the next one's inputs, and the table slot its
+ * output will take.
+ */
+static void prefetch_ahead(tfd_conn *c, const tfd_batch_job *job, size_t i) {
+    if (i + 2 < job->n_ops) {
+        const char *op = (const char *)job->ops[i + 2];
+        for (size_t at = 0; at < sizeof(Tenferro__Op); at += 64) __builtin_prefetch(op + at);
+    }
+    if (i + 1 < job->n_ops) {
+        const Tenferro__Op *next = job->ops[i + 1];
+        if (next->n_inputs) __builtin_prefetch(next->inputs);
+        tf__id_table_prefetch(&c->tensors.map, next->output);
+    }
+}
+
 void tfd_batch_begin(tfd_conn *c, tfd_batch_job *job, Tenferro__Op **ops, size_t n_ops) {
     memset(job, 0, sizeof *job);
     job->ops = ops;
@@ -515,8 +533,7 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
     while (job->next < job->n_ops) {
         size_t i = job->next;
         Tenferro__Op *op = job->ops[i];
-        /* The next operation's output goes into the table: its slot's lines are asked for now. */
-        if (i + 1 < job->n_ops) tf__id_table_prefetch(&c->tensors.map, job->ops[i + 1]->output);
+        prefetch_ahead(c, job, i);
         tfd_item *before = ch.last;
         tf_status st = op->kind == TF__OP_FREE
                            ? prepare_free(c, op, &ch, out->message, sizeof out->message)
