@@ -101,7 +101,8 @@ COMMON_SRC := $(wildcard common/*.c)
 CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/view-ops.c \
                   client/completion.c client/wait-spin.c client/mailbox.c client/pinned.c client/staging.c \
                   client/testing.c client/view-einsum.c client/einsum-path.c client/einsum-report.c \
-                  client/view-fft.c client/graph.c client/daemon-status.c client/ring.c
+                  client/view-fft.c client/graph.c client/daemon-status.c client/ring.c \
+                  client/peer-copy.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 BACKEND_SRC := $(wildcard daemon/backend/*.c)
 CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)

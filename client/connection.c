@@ -10,6 +10,7 @@
  * the client broken: from then on every call is TF_ERR_DISCONNECTED.
  */
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -421,6 +422,18 @@ static tf_status handshake(tf_client *c) {
     return tf__ok(c);
 }
 
+/*
+ * Keeps the socket's absolute path: another daemon connects there to fetch a
+ * tensor this client offers (tf_copy_to), from a directory of its own.
+ */
+static void remember_socket(tf_client *c, const char *path) {
+    char cwd[PATH_MAX], full[PATH_MAX + sizeof c->socket_path];
+    if (path[0] == '/' || !getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
+    int n = snprintf(full, sizeof full, "%s%s%s", cwd, cwd[0] ? "/" : "", path);
+    /* A path too long for a socket address stays unknown: tf_copy_to then says so. */
+    if (n > 0 && (size_t)n < sizeof c->socket_path) memcpy(c->socket_path, full, (size_t)n + 1);
+}
+
 /* tf_connect and tf_connect_device: the socket by the rules, a client either way. */
 static tf_status connect_to(const char *socket_path, const char *device, tf_client **out) {
     if (!out) return TF_ERR_INVALID_ARGUMENT;
@@ -445,6 +458,7 @@ static tf_status connect_to(const char *socket_path, const char *device, tf_clie
         st = tf__fail(c, TF_ERR_INVALID_ARGUMENT, "socket path %s is too long", path);
     } else {
         memcpy(addr.sun_path, path, strlen(path) + 1); /* fits: checked just above */
+        remember_socket(c, path);
         c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
             c->broken = 1;

@@ -104,6 +104,7 @@ struct tf_client {
     tf_status last_word; /* status of the daemon's closing Result (seq 0), TF_OK if none came */
     uint64_t client_id;
     char device[256];
+    char socket_path[108]; /* where the daemon listens, absolute (tf_copy_to tells the other daemon) */
     char last_error[512];
     int64_t failed_index;
 

@@ -24,6 +24,21 @@
 #include "daemon/unwritten.h"
 
 
+tf_status tfd_tensor_create(tfd_conn *c, tfd_tensor *rec, char *msg, size_t len) {
+    tf_status st = tfd_quota_check(c, rec->bytes, 1, 0, msg, len);
+    if (st == TF_OK) st = tfd_stream_alloc(c->stream, rec->bytes, &rec->data, msg, len);
+    if (st != TF_OK) return st;
+    if (tfd_tensor_table_insert(&c->tensors, rec) != 0) {
+        /* No item has seen the new memory: it goes at once, needing no FREE item. */
+        c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec->data, rec->bytes);
+        tfd_executor_note_free(c->srv->ex, rec->bytes);
+        snprintf(msg, len, "out of host memory");
+        return TF_ERR_NO_MEMORY;
+    }
+    c->srv->counters.tensors_created++;
+    return TF_OK;
+}
+
 tf_status tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec) {
     /* Nothing queued or running can read it: freed here, sparing a worker's wake-up. */
     if (tfd_stream_free_if_idle(c->stream, rec->data, rec->bytes)) return TF_OK;
@@ -67,7 +82,9 @@ tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, const 
              "%s: tensor %llu is in a pending transfer (%s): it cannot be %s until the transfer "
              "has completed; operations may read it meanwhile",
              what, (unsigned long long)id,
-             t->in_flight == TFD_FLIGHT_WRITE ? "an upload writing it" : "a download reading it",
+             t->in_flight == TFD_FLIGHT_WRITE  ? "an upload writing it"
+             : t->in_flight == TFD_FLIGHT_PEER ? "a copy to another daemon reading it"
+                                               : "a download reading it",
              use);
     *status = TF_ERR_BUSY;
     return NULL;

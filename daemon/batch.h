@@ -77,4 +77,11 @@ tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, const 
  */
 tf_status tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec);
 
+/*
+ * Makes tensor rec (id, meta and bytes set) on c: checks the quotas, takes
+ * its memory on c's stream and records it in c's table. On failure nothing
+ * is kept and msg says why.
+ */
+tf_status tfd_tensor_create(tfd_conn *c, tfd_tensor *rec, char *msg, size_t len);
+
 #endif

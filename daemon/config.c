@@ -370,6 +370,8 @@ static const setting settings[] = {
     {"access", "admin_users", "admin-users", 0, set_admins, 1, "who may drain/terminate (besides root)"},
     {"priority", "high", "priority-high", 0, set_high, 1, "users/@groups whose streams run first"},
     {"priority", "low", "priority-low", 0, set_low, 1, "users/@groups whose streams run last"},
+    {"peers", "allow_cross_uid", "peers-allow-cross-uid", AT(peers_allow_cross_uid), set_bool, 1, "tf_copy_to may copy between clients of two uids (false)"},
+    {"peers", "copy_timeout_ms", "peers-copy-timeout-ms", AT(peers_copy_timeout_ms), set_u64, 1, "how long a copy from another daemon may take, its queued work included (600000)"},
     {"testing", "fault_injection", "test-fault-injection", AT(test_fault_injection), set_bool, 0,
      "serve the fault-injection operation, which makes the device fault (tests only; false)"},
     {"caches", "prepared_graphs", "prepared-graphs", AT(prepared_graphs), set_u64, 0, "prepared-graph instances kept for the next equal prepare, in use or idle (64; 0 = unbounded)"},
@@ -409,6 +411,7 @@ void tfd_options_defaults(tfd_options *opt) {
     opt->log_level = TFD_LOG_INFO;
     opt->busy_poll_us = -1;
     opt->ring_spin_us = 50;
+    opt->peers_copy_timeout_ms = 600000;
     opt->idle_poll_max_us = -1;
     opt->contraction_plans = TFD_CONTRACT_PLANS_DEFAULT;
     opt->prepared_graphs = 64;

@@ -81,6 +81,18 @@ struct tfd_conn {
     uint32_t transfers_in_flight;      /* items of transfers that have not called back */
     atomic_uint transfers_unreaped;    /* completions published since the last reap */
 
+    /*
+     * Device-to-device copies between daemons (peer-offer.c, peer-take.c):
+     * this connection is another daemon's, fetching offers (peer_daemon);
+     * offers of this connection being fetched or lent (lent; while any is,
+     * a closing connection keeps its tensors: teardown_deferred); takes of
+     * this connection waiting for the other daemon (takes).
+     */
+    int peer_daemon;
+    uint32_t lent;
+    int teardown_deferred;
+    uint32_t takes;
+
     /* Replies held back behind one that carries a file descriptor (connection.c). */
     struct tfd_held_frame *held_head, *held_tail;
     uv_timer_t *held_timer; /* retries such a reply while the socket is full */
@@ -109,6 +121,11 @@ void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) __attribute__((format(prin
 void tfd_conn_fail_no_memory(tfd_conn *c, const char *what);
 /* Starts closing: frees the connection's tensors, drains its stream, releases what it held. */
 void tfd_conn_close(tfd_conn *c);
+/*
+ * The last tensor a closing connection lent to another daemon came back
+ * (c->lent is 0): the teardown tfd_conn_close deferred goes on.
+ */
+void tfd_conn_lend_over(tfd_conn *c);
 /*
  * Stops handling the connection's input (frames already read wait too) until
  * tfd_conn_resume, for a request that finishes off the loop: the requests

@@ -20,6 +20,7 @@
 #include "daemon/handlers.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
+#include "daemon/peer-copy.h"
 #include "daemon/notify.h"
 #include "daemon/server.h"
 
@@ -330,7 +331,7 @@ static void free_left(tfd_tensor *rec, void *arg) {
 /* Unlinks and frees the connection once nothing can refer to it any more. */
 void tfd_conn_maybe_free(tfd_conn *c) {
     if (!c->pipe_closed || !c->stream_drained || c->transfers_in_flight || c->buffer_creations ||
-        c->decodes || c->later_fn)
+        c->decodes || c->later_fn || c->takes)
         return;
     tfd_server *srv = c->srv;
     if (c->prev)
@@ -431,6 +432,17 @@ static void free_tensors(tfd_conn *c) {
     tfd_stream_enqueue(c->stream, it, it, 1);
 }
 
+void tfd_conn_lend_over(tfd_conn *c) {
+    if (c->lent || !c->teardown_deferred) return;
+    c->teardown_deferred = 0;
+    free_tensors(c);
+    if (tfd_conn_enqueue_marker(c, on_final_marker, c) != TF_OK) {
+        c->stream_drained = 1;
+        reclaim_session(c);
+        tfd_conn_maybe_free(c);
+    }
+}
+
 void tfd_conn_close(tfd_conn *c) {
     if (c->closing) return;
     c->closing = 1;
@@ -447,7 +459,10 @@ void tfd_conn_close(tfd_conn *c) {
     tfd_conn_buffers_release(c, 0);
     tfd_admission_cancel(c);
     c->scoped_active = 0;
-    if (c->stream) {
+    tfd_peer_offers_conn_closing(c);
+    if (c->stream && c->lent) {
+        c->teardown_deferred = 1; /* another daemon copies one of its tensors: they stay */
+    } else if (c->stream) {
         free_tensors(c);
         if (tfd_conn_enqueue_marker(c, on_final_marker, c) != TF_OK) c->stream_drained = 1;
     } else {

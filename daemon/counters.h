@@ -50,7 +50,10 @@
     X(graphs_prepared)        \
     X(graphs_refused)         \
     X(graphs_freed)           \
-    X(prepared_runs)
+    X(prepared_runs)          \
+    X(peer_copies_out)        \
+    X(peer_copies_in)         \
+    X(peer_copies_failed)
 
 typedef struct tfd_counters {
 #define TFD_COUNTER_FIELD_(name) uint64_t name;

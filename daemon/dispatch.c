@@ -73,6 +73,15 @@ void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
     case TENFERRO__FRAME__BODY_MAILBOX_DOORBELL:
         tfd_handle_mailbox_doorbell(c, frame);
         return;
+    case TENFERRO__FRAME__BODY_COPY_OFFER:
+        tfd_handle_copy_offer(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_PEER_FETCH:
+        tfd_handle_peer_fetch(c, frame);
+        return;
+    case TENFERRO__FRAME__BODY_COPY_TAKE:
+        tfd_handle_copy_take(c, frame);
+        return;
     case TENFERRO__FRAME__BODY_HELLO_REPLY:
     case TENFERRO__FRAME__BODY_RESULT:
     case TENFERRO__FRAME__BODY_DOWNLOAD_REPLY:

@@ -7,6 +7,7 @@
  */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/sanitize.h"
 #include "daemon/access.h"
@@ -42,8 +43,22 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         tfd_conn_close(c);
         return;
     }
+    const int peer_daemon = hello->peer_daemon;
     tf__frame_free(frame);
     char msg[256];
+    /* Another daemon fetching an offer (peer-offer.c) runs as this daemon's uid, or as root. */
+    if (peer_daemon && c->uid != geteuid() && c->uid != 0) {
+        srv->counters.connections_refused++;
+        tfd_log(TFD_LOG_WARN, "client %llu (pid %d uid %u) asked to be a peer daemon: refused",
+                (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid);
+        tfd_conn_reply(c, seq, TF_ERR_PERMISSION,
+                       "only a tenferrod of this host (uid %u or root) may connect as a peer "
+                       "daemon; uid %u may not",
+                       (unsigned)geteuid(), (unsigned)c->uid);
+        tfd_conn_close(c);
+        return;
+    }
+    c->peer_daemon = peer_daemon;
     tf_status refusal = tfd_limits_admit_client(c, msg, sizeof msg);
     if (refusal != TF_OK) {
         srv->counters.connections_refused++;

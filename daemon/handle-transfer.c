@@ -46,18 +46,7 @@ static tf_status create_tensor(tfd_conn *c, const Tenferro__Upload *up, char *ms
                  rec.bytes);
         return TF_ERR_INVALID_ARGUMENT;
     }
-    st = tfd_quota_check(c, rec.bytes, 1, 0, msg, len);
-    if (st == TF_OK) st = tfd_stream_alloc(c->stream, rec.bytes, &rec.data, msg, len);
-    if (st != TF_OK) return st;
-    if (tfd_tensor_table_insert(&c->tensors, &rec) != 0) {
-        /* No item has seen the new memory: it goes at once, needing no FREE item. */
-        c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream), rec.data, rec.bytes);
-        tfd_executor_note_free(c->srv->ex, rec.bytes);
-        snprintf(msg, len, "out of host memory");
-        return TF_ERR_NO_MEMORY;
-    }
-    c->srv->counters.tensors_created++;
-    return TF_OK;
+    return tfd_tensor_create(c, &rec, msg, len);
 }
 
 void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {

@@ -30,5 +30,9 @@ void tfd_handle_mailbox_doorbell(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_prepare(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_prepared_free(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_tensor_info(tfd_conn *c, Tenferro__Frame *frame);
+/* Device-to-device copies between daemons: the offering side (peer-offer.c), the taking side (peer-take.c). */
+void tfd_handle_copy_offer(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_peer_fetch(tfd_conn *c, Tenferro__Frame *frame);
+void tfd_handle_copy_take(tfd_conn *c, Tenferro__Frame *frame);
 
 #endif

@@ -68,6 +68,9 @@ typedef struct tfd_options {
     tfd_priority_rule priorities[TFD_MAX_IDS]; /* first match wins; default priority 0 */
     int n_priorities;
     int test_fault_injection; /* [testing] fault_injection: serve OP_TEST_FAULT (tests only) */
+    /* [peers]: device-to-device copies between daemons (docs/multi-gpu.md). */
+    int peers_allow_cross_uid;   /* a copy may go between clients of two uids */
+    uint64_t peers_copy_timeout_ms; /* how long a take waits for the other daemon */
     tfd_cache_config caches; /* [caches]: plan caches of the backend (restart to change) */
 } tfd_options;
 

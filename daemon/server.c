@@ -191,6 +191,8 @@ void tfd_server_reload(tfd_server *srv) {
     tfd_contract_cache_set_capacity(tfd_contract_plans(), cur->contraction_plans);
     cur->max_graph_nodes = next.max_graph_nodes;
     cur->max_prepared = next.max_prepared;
+    cur->peers_allow_cross_uid = next.peers_allow_cross_uid;
+    cur->peers_copy_timeout_ms = next.peers_copy_timeout_ms;
     tfd_log(TFD_LOG_INFO, "configuration reloaded from %s",
             srv->startup.config_path[0] ? srv->startup.config_path : "the command line");
     tfd_notify_reloaded();

@@ -46,6 +46,7 @@ typedef struct tfd_server {
     uv_timer_t watchdog;    /* bounds a shutdown after the device was lost */
     tfd_busy_poll busy_poll; /* the loop's and completion thread's polling window */
     int mailboxes_polled;    /* the loop polls submission mailboxes now (mailbox.c) */
+    struct tfd_offer *offers; /* tensors offered to other daemons (peer-offer.c) */
 } tfd_server;
 
 /* Monotonic milliseconds. */

@@ -24,6 +24,7 @@ enum {
     TFD_FLIGHT_NONE = 0,  /* in no transfer */
     TFD_FLIGHT_READ = 1,  /* a pending download reads it */
     TFD_FLIGHT_WRITE = 2, /* a pending upload writes it */
+    TFD_FLIGHT_PEER = 3,  /* offered to another daemon, which copies it (peer-offer.c) */
 };
 
 typedef struct tfd_tensor {

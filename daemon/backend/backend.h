@@ -69,6 +69,24 @@ typedef struct tfd_cache_config {
 
 typedef struct tfd_backend tfd_backend;
 
+/* The largest backend description of shared memory (cudaMemPoolPtrExportData is 64 bytes). */
+#define TFD_PEER_HANDLE_BYTES 128
+
+/*
+ * A tensor's memory as one daemon shares it with another (docs/multi-gpu.md):
+ * `kind` names how ("host-memfd": fd is a sealed memfd holding a copy of the
+ * bytes; "cuda-pool": fd is the device memory pool's shareable handle and
+ * `handle` the export data of the allocation holding the tensor), `offset`
+ * where the tensor starts in what fd and handle name.
+ */
+typedef struct tfd_peer_memory {
+    char kind[16];
+    uint8_t handle[TFD_PEER_HANDLE_BYTES];
+    size_t handle_len;
+    uint64_t offset;
+    int fd; /* -1 when none */
+} tfd_peer_memory;
+
 /* Every entry returns TF_OK or a typed status and writes a reason into msg when it fails. */
 typedef struct tfd_backend_vtable {
     const char *name; /* "cpu", "cuda" */
@@ -240,6 +258,23 @@ typedef struct tfd_backend_vtable {
     tf_status (*graph_launch)(tfd_backend *be, void *stream, void *graph, char *msg,
                               size_t msg_len);
     void (*graph_destroy)(tfd_backend *be, void *graph);
+
+    /*
+     * Device-to-device copies between daemons (docs/multi-gpu.md); NULL when
+     * the backend has no such route. peer_export describes `bytes` at `ptr`
+     * for another daemon into *out (its fd is the caller's to close); it is
+     * called on a worker in stream order, so the work queued before it has
+     * been issued, and the caller waits for that work before handing *out
+     * on. peer_import_copy copies `bytes` from memory another daemon
+     * described into dst on `stream`, after the work enqueued there before,
+     * and returns once the copy is over and nothing of `in` is mapped any
+     * more (the caller then closes in->fd and tells the other daemon).
+     * TF_ERR_UNSUPPORTED for a kind it cannot read.
+     */
+    tf_status (*peer_export)(tfd_backend *be, const void *ptr, size_t bytes, tfd_peer_memory *out,
+                             char *msg, size_t msg_len);
+    tf_status (*peer_import_copy)(tfd_backend *be, void *stream, void *dst, size_t bytes,
+                                  const tfd_peer_memory *in, char *msg, size_t msg_len);
 } tfd_backend_vtable;
 
 struct tfd_backend {

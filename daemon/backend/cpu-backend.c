@@ -21,6 +21,7 @@
 #include "daemon/backend/cpu-blocks.h"
 #include "daemon/backend/cpu-fft.h"
 #include "daemon/backend/cpu-kernels.h"
+#include "daemon/backend/cpu-peer.h"
 
 /* Alignment and granularity of allocations: one cache line, enough for any SIMD load. */
 #define CPU_ALIGN ((size_t)64)
@@ -237,4 +238,6 @@ const tfd_backend_vtable tfd_cpu_backend = {
     .event_destroy = cpu_event_destroy,
     .health = tfd_cpu_health,
     .trim = cpu_trim,
+    .peer_export = tfd_cpu_peer_export,
+    .peer_import_copy = tfd_cpu_peer_import_copy,
 };

@@ -39,7 +39,8 @@ extern "C" {
     X(TF_ERR_TOO_MANY_CLIENTS, 20, "too many clients connected to tenferrod")                     \
     X(TF_ERR_IO, 21, "system call failed")                                                        \
     X(TF_ERR_BAD_SHAPE, 22, "invalid shape: every dimension must be at least 1 and rank at most 8") \
-    X(TF_ERR_BATCH_FAILED, 23, "an earlier operation of this batch failed, so this one was not run")
+    X(TF_ERR_BATCH_FAILED, 23, "an earlier operation of this batch failed, so this one was not run") \
+    X(TF_ERR_PEER, 24, "the other daemon of a device-to-device copy refused it, failed or went away")
 
 typedef enum tf_status {
 #define TF_STATUS_ENUM_(name, num, msg) name = num,

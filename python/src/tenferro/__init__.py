@@ -64,6 +64,7 @@ from ._tenferro import (  # noqa: F401
     InvalidArgumentError,
     IoError,
     NoMemoryError,
+    PeerError,
     PermissionError,
     ProtocolError,
     QuotaError,
@@ -91,7 +92,7 @@ __all__ = [
     "DisconnectedError", "UnknownHandleError", "ShapeError", "DtypeError", "AxisError",
     "ReenteredError", "ContendedError", "BusyError", "QuotaError", "NoMemoryError",
     "UnsupportedError", "DeviceError", "SessionClosedError", "InternalError",
-    "TooManyClientsError", "BadShapeError", "BatchFailedError",
+    "TooManyClientsError", "BadShapeError", "BatchFailedError", "PeerError",
     # TimeoutError, PermissionError and IoError are tenferro.* only: they would shadow builtins.
 ]
 
