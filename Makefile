@@ -324,7 +324,8 @@ $(BUILD)/bench/gpu/bench-einsum: $(BUILD)/obj/bench/gpu/bench-einsum.o $(GPU_BEN
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 
 # bench-gpu-chain runs the daemon's CUDA kernels in-process (tfd_cuda_backend) as its baseline.
-CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c $(FFT_BACKEND_SRC) \
+CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c daemon/backend/cpu-peer.c \
+                      $(FFT_BACKEND_SRC) \
                       $(filter daemon/backend/cuda-% daemon/backend/contract-%,$(BACKEND_SRC))) $(CUDA_OBJ)
 $(BUILD)/bench/gpu/bench-gpu-chain: $(BUILD)/obj/bench/gpu/bench-gpu-chain.o $(GPU_BENCH_OBJ) \
                                     $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a

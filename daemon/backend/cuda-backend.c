@@ -45,6 +45,7 @@
 #include "daemon/backend/cuda-fft.h"
 #include "daemon/backend/cuda-graph.h"
 #include "daemon/backend/cuda-internal.h"
+#include "daemon/backend/cuda-peer.h"
 #include "daemon/backend/cuda-kernels.h"
 #include "daemon/log.h"
 
@@ -65,6 +66,7 @@ typedef struct cuda_impl {
     int sm_count;
     int prio_least, prio_greatest; /* CUDA's range: lower numbers are more urgent */
     cudaMemPool_t pool;
+    int pool_shareable; /* pool was made shareable (cuda-peer.c), not the default one */
     tfd_cuda_heap heap;   /* every stream, for trim (cuda-alloc.c) */
     pthread_mutex_t lock; /* guards the two pools below */
     tfd_cuda_stream *free_streams;
@@ -348,7 +350,21 @@ static tf_status cuda_open(tfd_backend *be, int ordinal, char *msg, size_t msg_l
         st = TF_ERR_UNSUPPORTED;
         goto fail;
     }
-    TFD_CUDA_CHECK_GOTO(cudaDeviceGetDefaultMemPool(&impl->pool, ordinal), st, msg, msg_len, fail);
+    /*
+     * A shareable pool, so another daemon of this host can copy a tensor out
+     * of it (cuda-peer.c); where the device has none, the default pool, and
+     * copies to other daemons are refused.
+     */
+    char why[256];
+    if (tfd_cuda_pool_create_shareable(ordinal, &impl->pool, why, sizeof why) == TF_OK &&
+        cudaDeviceSetMemPool(ordinal, impl->pool) == cudaSuccess) {
+        impl->pool_shareable = 1;
+    } else {
+        if (impl->pool) (void)cudaMemPoolDestroy(impl->pool);
+        (void)cudaGetLastError();
+        tfd_log(TFD_LOG_INFO, "cuda:%d: %s; copies to other daemons are off", ordinal, why);
+        TFD_CUDA_CHECK_GOTO(cudaDeviceGetDefaultMemPool(&impl->pool, ordinal), st, msg, msg_len, fail);
+    }
     uint64_t threshold = UINT64_MAX;
     TFD_CUDA_CHECK_GOTO(
         cudaMemPoolSetAttribute(impl->pool, cudaMemPoolAttrReleaseThreshold, &threshold), st, msg,
@@ -421,6 +437,14 @@ static void cuda_close(tfd_backend *be) {
     pthread_mutex_lock(&impl->lock);
     drain_pools(impl, device_ok);
     pthread_mutex_unlock(&impl->lock);
+    if (device_ok && impl->pool_shareable) {
+        /* The device's pool is its default one again; the shareable one goes once emptied. */
+        cudaMemPool_t fallback;
+        if (cudaDeviceGetDefaultMemPool(&fallback, impl->ordinal) == cudaSuccess)
+            (void)cudaDeviceSetMemPool(impl->ordinal, fallback);
+        (void)cudaMemPoolDestroy(impl->pool);
+        (void)cudaGetLastError();
+    }
     tfd_cuda_heap_destroy(&impl->heap);
     pthread_mutex_destroy(&impl->lock);
     free(impl);
@@ -1189,6 +1213,31 @@ static void cuda_graph_destroy(tfd_backend *be, void *graph) {
     tfd_cuda_graph_destroy(&impl->graphs, graph, device_ok);
 }
 
+/* A tensor described for another daemon (cuda-peer.c), when the pool is shareable. */
+static tf_status cuda_peer_export(tfd_backend *be, const void *ptr, size_t bytes,
+                                  tfd_peer_memory *out, char *msg, size_t msg_len) {
+    cuda_impl *impl = be->impl;
+    tf_status st = enter(impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    if (!impl->pool_shareable) {
+        snprintf(msg, msg_len, "cuda:%d has no shareable memory pool: its tensors cannot be "
+                               "copied to another daemon",
+                 impl->ordinal);
+        return TF_ERR_UNSUPPORTED;
+    }
+    return tfd_cuda_peer_export(impl->pool, ptr, bytes, out, msg, msg_len);
+}
+
+/* Another daemon's tensor copied in on the stream (cuda-peer.c). */
+static tf_status cuda_peer_import_copy(tfd_backend *be, void *stream, void *dst, size_t bytes,
+                                       const tfd_peer_memory *in, char *msg, size_t msg_len) {
+    cuda_impl *impl = be->impl;
+    tf_status st = enter(impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    return tfd_cuda_peer_import_copy(impl->ordinal, ((tfd_cuda_stream *)stream)->stream, dst,
+                                     bytes, in, msg, msg_len);
+}
+
 const tfd_backend_vtable tfd_cuda_backend = {
     .name = "cuda",
     .copies_enqueue_only = 1,
@@ -1226,4 +1275,6 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .graph_capture = cuda_graph_capture,
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
+    .peer_export = cuda_peer_export,
+    .peer_import_copy = cuda_peer_import_copy,
 };
