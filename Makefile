@@ -137,9 +137,11 @@ TEST_HARNESS := $(call obj,tests/integration/harness.c)
 BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c bench/bench-raw.c bench/prepared-chain.c,$(wildcard bench/*.c)))
 # Every examples/*.c is a program but demo-common.c, the demo clients' shared helpers.
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(filter-out examples/demo-common.c,$(wildcard examples/*.c)))
-# GPU benchmarks (bench/gpu/, CUDA builds only); gpu-common.c is their shared helper, not a bench.
+# GPU benchmarks (bench/gpu/, CUDA builds only); gpu-common.c is their shared helper, share-loop.c
+# the loop bench-share and bench-multi run, daemon-set.c the daemons bench-multi starts: not benches.
 # They live in $(BUILD)/bench/gpu/, which scripts/bench.sh (CPU) does not run.
-GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,$(filter-out bench/gpu/gpu-common.c,$(wildcard bench/gpu/*.c)))
+GPU_BENCH_HELPERS := bench/gpu/gpu-common.c bench/gpu/share-loop.c bench/gpu/daemon-set.c
+GPU_BENCHES := $(patsubst bench/gpu/%.c,$(BUILD)/bench/gpu/%,$(filter-out $(GPU_BENCH_HELPERS),$(wildcard bench/gpu/*.c)))
 
 TARGETS := $(BUILD)/tenferrod $(BUILD)/libtenferro-client.a $(BUILD)/tenferroctl \
            $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BENCHES) $(EXAMPLES) $(BUILD)/tests/load \
@@ -320,6 +322,19 @@ $(BUILD)/bench/gpu/%: $(BUILD)/obj/bench/gpu/%.o $(GPU_BENCH_OBJ) $(BUILD)/libte
 # The GPU bench-einsum speaks raw frames too (bench-raw.c).
 $(BUILD)/bench/gpu/bench-einsum: $(BUILD)/obj/bench/gpu/bench-einsum.o $(GPU_BENCH_OBJ) \
                                  $(call obj,bench/bench-raw.c) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
+
+# bench-share and bench-multi run the share loop (share-loop.c, which calls cuBLAS: kept out of
+# GPU_BENCH_OBJ so that the other benchmarks do not load it); bench-multi starts its own daemons.
+SHARE_LOOP_OBJ := $(call obj,bench/gpu/share-loop.c)
+$(BUILD)/bench/gpu/bench-share: $(BUILD)/obj/bench/gpu/bench-share.o $(GPU_BENCH_OBJ) $(SHARE_LOOP_OBJ) \
+                                $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
+
+$(BUILD)/bench/gpu/bench-multi: $(BUILD)/obj/bench/gpu/bench-multi.o $(GPU_BENCH_OBJ) $(SHARE_LOOP_OBJ) \
+                                $(call obj,bench/gpu/daemon-set.c) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 

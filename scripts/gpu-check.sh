@@ -11,7 +11,8 @@
 #      TENFERRO_DAEMON=<build-dir>/tenferrod with TENFERRO_TEST_DEVICE=cuda:0, and
 #      test-transfers once more with busy polling off (Transfer frames, not the mailbox);
 #   4. <build-dir>/tenferrod --device cuda:0 on a private socket, every
-#      <build-dir>/bench/gpu/* benchmark with that socket, then SIGTERM (exit 0 expected).
+#      <build-dir>/bench/gpu/* benchmark with that socket, then SIGTERM (exit 0 expected);
+#      bench-multi starts daemons of its own instead (two on cuda:0 on a one-GPU machine).
 # Each suite and benchmark runs under a timeout, and the timeouts shrink so that the whole
 # run stays inside GPU_CHECK_BUDGET seconds (default 420); whatever does not fit is
 # reported as skipped, which counts as a failure.
@@ -238,7 +239,9 @@ main() {
         stop_daemon
     else
         echo "# daemon: $("$build/tenferroctl" --socket "$sock" status | sed -n 's/^device:[[:space:]]*//p')"
-        local b limit started rc
+        local b limit started rc args multi_args=(--same-gpu --gpus 2)
+        # bench-multi starts its own daemons, one per GPU; on one GPU, two on it.
+        if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -ge 2 ]; then multi_args=(); fi
         for b in "$build"/bench/gpu/*; do
             if [ ! -f "$b" ] || [ ! -x "$b" ]; then continue; fi
             name=$(basename "$b")
@@ -249,9 +252,13 @@ main() {
                 failures=$((failures + 1))
                 continue
             fi
+            args=("$sock")
+            if [ "$name" = bench-multi ]; then
+                args=(--daemon "$daemon_abs" --ctl "$build/tenferroctl" "${multi_args[@]}")
+            fi
             echo "== bench $name (timeout ${limit}s)"
             started=$SECONDS
-            timeout -k 10 "$limit" "$b" "$sock" 2>&1 | tee "$out/bench/$name.log"
+            timeout -k 10 "$limit" "$b" "${args[@]}" 2>&1 | tee "$out/bench/$name.log"
             rc=${PIPESTATUS[0]}
             if [ "$rc" = 0 ]; then result=ok; elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then result=TIMEOUT; else result=FAIL; fi
             [ "$rc" = 0 ] || failures=$((failures + 1))
