@@ -206,7 +206,6 @@ static void refuse_fetch(tfd_conn *peer, uint64_t seq, tf_status st, const char 
 
 /* Worker, in the owner's stream order: the backend describes the tensor for the other daemon. */
 static void export_on_worker(tfd_stream *s, void *arg) {
-    (void)s;
     tfd_offer *o = arg;
     tfd_backend *be = &o->srv->backend;
     tfd_tensor *t = tfd_tensor_table_find(&o->owner->tensors, o->tensor);
@@ -215,8 +214,8 @@ static void export_on_worker(tfd_stream *s, void *arg) {
         snprintf(o->export_msg, sizeof o->export_msg, "the offered tensor is gone");
         return;
     }
-    o->export_status = be->vt->peer_export(be, t->data, t->bytes, &o->mem, o->export_msg,
-                                           sizeof o->export_msg);
+    o->export_status = be->vt->peer_export(be, tfd_stream_native(s), t->data, t->bytes, &o->mem,
+                                           o->export_msg, sizeof o->export_msg);
 }
 
 /*

@@ -263,7 +263,7 @@ typedef struct tfd_backend_vtable {
      * Device-to-device copies between daemons (docs/multi-gpu.md); NULL when
      * the backend has no such route. peer_export describes `bytes` at `ptr`
      * for another daemon into *out (its fd is the caller's to close); it is
-     * called on a worker in stream order, so the work queued before it has
+     * called on a worker in the order of `stream`, the one ptr was allocated on, so the work queued before it has
      * been issued, and the caller waits for that work before handing *out
      * on. peer_import_copy copies `bytes` from memory another daemon
      * described into dst on `stream`, after the work enqueued there before,
@@ -271,8 +271,8 @@ typedef struct tfd_backend_vtable {
      * more (the caller then closes in->fd and tells the other daemon).
      * TF_ERR_UNSUPPORTED for a kind it cannot read.
      */
-    tf_status (*peer_export)(tfd_backend *be, const void *ptr, size_t bytes, tfd_peer_memory *out,
-                             char *msg, size_t msg_len);
+    tf_status (*peer_export)(tfd_backend *be, void *stream, const void *ptr, size_t bytes,
+                             tfd_peer_memory *out, char *msg, size_t msg_len);
     tf_status (*peer_import_copy)(tfd_backend *be, void *stream, void *dst, size_t bytes,
                                   const tfd_peer_memory *in, char *msg, size_t msg_len);
 } tfd_backend_vtable;

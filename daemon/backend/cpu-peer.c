@@ -69,9 +69,10 @@ tf_status tfd_peer_memfd_map(const tfd_peer_memory *in, size_t bytes, const void
 
 void tfd_peer_memfd_unmap(void *base, size_t mapped) { munmap(base, mapped); }
 
-tf_status tfd_cpu_peer_export(tfd_backend *be, const void *ptr, size_t bytes, tfd_peer_memory *out,
-                              char *msg, size_t msg_len) {
+tf_status tfd_cpu_peer_export(tfd_backend *be, void *stream, const void *ptr, size_t bytes,
+                              tfd_peer_memory *out, char *msg, size_t msg_len) {
     (void)be;
+    (void)stream;
     return tfd_peer_memfd_export(ptr, bytes, out, msg, msg_len);
 }
 

@@ -28,8 +28,8 @@ tf_status tfd_peer_memfd_map(const tfd_peer_memory *in, size_t bytes, const void
 void tfd_peer_memfd_unmap(void *base, size_t mapped);
 
 /* The CPU backend's vtable entries: a memfd copy out, a mapped copy in. */
-tf_status tfd_cpu_peer_export(tfd_backend *be, const void *ptr, size_t bytes, tfd_peer_memory *out,
-                              char *msg, size_t msg_len);
+tf_status tfd_cpu_peer_export(tfd_backend *be, void *stream, const void *ptr, size_t bytes,
+                              tfd_peer_memory *out, char *msg, size_t msg_len);
 tf_status tfd_cpu_peer_import_copy(tfd_backend *be, void *stream, void *dst, size_t bytes,
                                    const tfd_peer_memory *in, char *msg, size_t msg_len);
 

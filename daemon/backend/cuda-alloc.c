@@ -307,6 +307,15 @@ tf_status tfd_cuda_cache_alloc(tfd_cuda_stream *s, size_t bytes, void **ptr, cha
     return device_malloc(s, size, ptr, msg, msg_len);
 }
 
+void *tfd_cuda_cache_allocation(tfd_cuda_stream *s, const void *ptr) {
+    tfd_cuda_cache *c = &s->cache;
+    pthread_mutex_lock(&c->lock);
+    const tfd_cuda_slab *sl = slab_find(c, ptr);
+    void *base = sl ? sl->base : (void *)ptr;
+    pthread_mutex_unlock(&c->lock);
+    return base;
+}
+
 void tfd_cuda_cache_free(tfd_cuda_stream *s, void *ptr, size_t bytes) {
     if (s->capture != NULL) {
         tfd_cuda_capture_free(s->capture, ptr, bytes);

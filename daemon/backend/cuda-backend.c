@@ -1214,7 +1214,7 @@ static void cuda_graph_destroy(tfd_backend *be, void *graph) {
 }
 
 /* A tensor described for another daemon (cuda-peer.c), when the pool is shareable. */
-static tf_status cuda_peer_export(tfd_backend *be, const void *ptr, size_t bytes,
+static tf_status cuda_peer_export(tfd_backend *be, void *stream, const void *ptr, size_t bytes,
                                   tfd_peer_memory *out, char *msg, size_t msg_len) {
     cuda_impl *impl = be->impl;
     tf_status st = enter(impl, msg, msg_len);
@@ -1225,7 +1225,9 @@ static tf_status cuda_peer_export(tfd_backend *be, const void *ptr, size_t bytes
                  impl->ordinal);
         return TF_ERR_UNSUPPORTED;
     }
-    return tfd_cuda_peer_export(impl->pool, ptr, bytes, out, msg, msg_len);
+    /* The allocation holding the tensor: its own block, or the slab it was carved from. */
+    void *base = tfd_cuda_cache_allocation(stream, ptr);
+    return tfd_cuda_peer_export(impl->pool, base, ptr, bytes, out, msg, msg_len);
 }
 
 /* Another daemon's tensor copied in on the stream (cuda-peer.c). */

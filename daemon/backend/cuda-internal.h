@@ -153,6 +153,13 @@ tf_status tfd_cuda_cache_alloc(tfd_cuda_stream *s, size_t bytes, void **ptr, cha
 void tfd_cuda_cache_free(tfd_cuda_stream *s, void *ptr, size_t bytes);
 
 /*
+ * The start of the device allocation holding block ptr of stream s: the
+ * slab it was carved from, else the block itself (a block of a larger class,
+ * or an exact-size one, is one cudaMallocAsync of its own).
+ */
+void *tfd_cuda_cache_allocation(tfd_cuda_stream *s, const void *ptr);
+
+/*
  * Frees the stream's cached large blocks and its idle slabs (no block handed
  * out) to the pool, keeping the slab being carved when keep_carving is set;
  * returns the bytes released.

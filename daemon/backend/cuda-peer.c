@@ -2,8 +2,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-
-#include <cuda.h>
+#include <unistd.h>
 
 #include "daemon/backend/cpu-peer.h"
 #include "daemon/backend/cuda-check.h"
@@ -38,48 +37,23 @@ tf_status tfd_cuda_pool_create_shareable(int ordinal, cudaMemPool_t *pool, char 
     return TF_OK;
 }
 
-/* cuPointerGetAttribute, from the driver the runtime loaded (no link to libcuda). */
-typedef CUresult (*pointer_attribute_fn)(void *data, CUpointer_attribute attribute, CUdeviceptr ptr);
-
-/* The start of the allocation holding ptr (a tensor may be a block carved from a slab). */
-static tf_status allocation_start(const void *ptr, void **base, char *msg, size_t msg_len) {
-    static pointer_attribute_fn get_attribute;
-    if (!get_attribute) {
-        void *fn = NULL;
-        enum cudaDriverEntryPointQueryResult found;
-        TFD_CUDA_CHECK_RET(cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &fn, 12000,
-                                                            cudaEnableDefault, &found),
-                           msg, msg_len);
-        if (found != cudaDriverEntryPointSuccess || !fn) {
-            snprintf(msg, msg_len, "the CUDA driver has no cuPointerGetAttribute");
-            return TF_ERR_UNSUPPORTED;
-        }
-        get_attribute = (pointer_attribute_fn)fn;
-    }
-    CUdeviceptr start = 0;
-    CUresult r = get_attribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)ptr);
-    if (r != CUDA_SUCCESS || !start) {
-        snprintf(msg, msg_len, "cuPointerGetAttribute(RANGE_START_ADDR) failed (%d)", (int)r);
-        return TF_ERR_DEVICE;
-    }
-    *base = (void *)start;
-    return TF_OK;
-}
-
-tf_status tfd_cuda_peer_export(cudaMemPool_t pool, const void *ptr, size_t bytes,
+tf_status tfd_cuda_peer_export(cudaMemPool_t pool, void *base, const void *ptr, size_t bytes,
                                tfd_peer_memory *out, char *msg, size_t msg_len) {
     (void)bytes;
     memset(out, 0, sizeof *out);
     out->fd = -1;
-    void *base = NULL;
-    tf_status st = allocation_start(ptr, &base, msg, msg_len);
-    if (st != TF_OK) return st;
-    struct cudaMemPoolPtrExportData data;
-    TFD_CUDA_CHECK_RET(cudaMemPoolExportPointer(&data, base), msg, msg_len);
+    /* The pool's descriptor first: a pointer is exported only from a pool already shared. */
     int fd = -1;
     TFD_CUDA_CHECK_RET(
         cudaMemPoolExportToShareableHandle(&fd, pool, cudaMemHandleTypePosixFileDescriptor, 0), msg,
         msg_len);
+    struct cudaMemPoolPtrExportData data;
+    cudaError_t e = cudaMemPoolExportPointer(&data, base);
+    if (e != cudaSuccess) {
+        close(fd);
+        return tfd_cuda_fail(e, "cudaMemPoolExportPointer(&data, base)", __FILE__, __LINE__, msg,
+                             msg_len);
+    }
     snprintf(out->kind, sizeof out->kind, "%s", TFD_PEER_KIND_CUDA_POOL);
     memcpy(out->handle, &data, sizeof data);
     out->handle_len = sizeof data;

@@ -22,8 +22,11 @@
  */
 tf_status tfd_cuda_pool_create_shareable(int ordinal, cudaMemPool_t *pool, char *msg, size_t msg_len);
 
-/* Describes `bytes` at ptr, allocated from `pool`, for another daemon (the current device's). */
-tf_status tfd_cuda_peer_export(cudaMemPool_t pool, const void *ptr, size_t bytes,
+/*
+ * Describes `bytes` at ptr, inside the allocation that starts at base (made
+ * from `pool`, of the current device), for another daemon.
+ */
+tf_status tfd_cuda_peer_export(cudaMemPool_t pool, void *base, const void *ptr, size_t bytes,
                                tfd_peer_memory *out, char *msg, size_t msg_len);
 
 /*
