@@ -21,6 +21,14 @@ void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
         tfd_conn_fail(c, "the first frame must be Hello");
         return;
     }
+    /* A peer daemon's connection (peer-offer.c) has no stream: it only fetches offers. */
+    if (c->peer_daemon && frame->body_case != TENFERRO__FRAME__BODY_PEER_FETCH &&
+        frame->body_case != TENFERRO__FRAME__BODY_HELLO) {
+        tfd_conn_reply(c, frame->seq, TF_ERR_PERMISSION,
+                       "a peer daemon's connection only fetches offers (PeerFetch)");
+        tf__frame_free(frame);
+        return;
+    }
     switch (frame->body_case) {
     case TENFERRO__FRAME__BODY_HELLO:
         tfd_handle_hello(c, frame);

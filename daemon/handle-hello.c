@@ -68,6 +68,24 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         tfd_conn_close(c);
         return;
     }
+    if (peer_daemon) {
+        /* A peer daemon only fetches offers: no stream, completion page or ring of its own. */
+        c->hello_done = 1;
+        tfd_log(TFD_LOG_INFO, "client %llu connected: a peer daemon (pid %d uid %u)",
+                (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid);
+        Tenferro__Frame out = TENFERRO__FRAME__INIT;
+        Tenferro__HelloReply reply = TENFERRO__HELLO_REPLY__INIT;
+        reply.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
+        reply.device = srv->backend.description;
+        reply.max_frame_bytes = srv->opt.max_frame_bytes;
+        reply.client_id = c->client_id;
+        reply.daemon_version = TFD_VERSION_STRING;
+        out.seq = seq;
+        out.body_case = TENFERRO__FRAME__BODY_HELLO_REPLY;
+        out.hello_reply = &reply;
+        tfd_conn_send(c, &out);
+        return;
+    }
     c->priority = tfd_access_priority(&srv->opt, c->uid, c->gid);
     tf_status made = tfd_stream_create(srv->ex, c->priority, &c->stream, msg, sizeof msg);
     if (made != TF_OK) {

@@ -223,12 +223,8 @@ static int allowed_child(void *arg) {
     return cross_uid_copy(&d[0], &d[1], TF_OK);
 }
 
-/* A process of another uid saying Hello as a peer daemon is refused and closed. */
-static int fake_peer_child(void *arg) {
-    const th_daemon *a = arg;
-    if (!become(NOBODY, NOBODY)) return 2;
-    int fd = th_raw_connect(a);
-    CHILD_CHECK(fd >= 0);
+/* Says Hello as a peer daemon on a raw connection; returns the answer (caller frees) or NULL. */
+static Tenferro__Frame *raw_peer_hello(int fd) {
     Tenferro__Frame f = TENFERRO__FRAME__INIT;
     Tenferro__Hello hello = TENFERRO__HELLO__INIT;
     hello.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
@@ -236,8 +232,16 @@ static int fake_peer_child(void *arg) {
     f.seq = 1;
     f.body_case = TENFERRO__FRAME__BODY_HELLO;
     f.hello = &hello;
-    CHILD_CHECK(th_raw_send(fd, &f) == 0);
-    Tenferro__Frame *reply = th_raw_recv(fd, RAW_MS);
+    return th_raw_send(fd, &f) == 0 ? th_raw_recv(fd, RAW_MS) : NULL;
+}
+
+/* A process of another uid saying Hello as a peer daemon is refused and closed. */
+static int fake_peer_child(void *arg) {
+    const th_daemon *a = arg;
+    if (!become(NOBODY, NOBODY)) return 2;
+    int fd = th_raw_connect(a);
+    CHILD_CHECK(fd >= 0);
+    Tenferro__Frame *reply = raw_peer_hello(fd);
     char why[512];
     int bad = th_reply_problem(reply, TF_ERR_PERMISSION, "peer daemon", why, sizeof why);
     if (bad) fprintf(stderr, "%s\n", why);
@@ -425,6 +429,25 @@ START_TEST(test_copy_hostile) {
     ck_assert_int_eq(got_fd, -1);
     tf__frame_free(reply);
     close(fc);
+    /* A peer daemon's connection fetches offers and does nothing else. */
+    int fp = th_raw_connect(&a);
+    ck_assert_int_ge(fp, 0);
+    reply = raw_peer_hello(fp);
+    ck_assert_ptr_nonnull(reply);
+    ck_assert_int_eq(reply->body_case, TENFERRO__FRAME__BODY_HELLO_REPLY);
+    tf__frame_free(reply);
+    Tenferro__Frame up = TENFERRO__FRAME__INIT;
+    Tenferro__Upload upload = TENFERRO__UPLOAD__INIT;
+    int64_t len = 4;
+    upload.tensor = 1;
+    upload.create = 1;
+    upload.dtype = TF_F64;
+    upload.n_shape = 1;
+    upload.shape = &len;
+    up.body_case = TENFERRO__FRAME__BODY_UPLOAD;
+    up.upload = &upload;
+    CK_EXPECT_RESULT(raw_call(fp, &up, 2), TF_ERR_PERMISSION, "only fetches offers");
+    close(fp);
     /* The offering connection leaves: its untaken offer goes with it. */
     close(fa);
     ck_assert_msg(th_wait_counter(&a, "device_bytes_live", 0, 5000), "the closed offer kept memory");
