@@ -213,7 +213,8 @@ $(BUILD)/libtenferro-client.so: $(CLIENT_OBJ) $(COMMON_OBJ) client/libtenferro-c
 	  $(LIB_PROTOBUF)
 	ln -sf libtenferro-client.so.0 $@
 
-$(BUILD)/tenferroctl: $(call obj,client/tenferroctl.c client/tenferroctl-format.c) $(BUILD)/libtenferro-client.a
+$(BUILD)/tenferroctl: $(call obj,client/tenferroctl.c client/tenferroctl-format.c client/tenferroctl-all.c) \
+                     $(BUILD)/libtenferro-client.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF)
 
 # The examples link the client library, and the demo's shared helpers with OpenBLAS and FFTW

@@ -309,24 +309,19 @@ tf_status tf__check_connection(tf_client *c) {
     return broken(c, "the daemon sent a frame nobody asked for");
 }
 
-/* The folder the daemons' sockets are in: $TENFERRO_RUNTIME_DIR or /run/tenferro. */
-static const char *runtime_dir(void) {
+const char *tf__runtime_dir(void) {
     const char *dir = getenv("TENFERRO_RUNTIME_DIR");
     return dir && dir[0] ? dir : "/run/tenferro";
 }
 
-/*
- * The socket of a device's daemon into buf: "cuda:N" or "N" is
- * DIR/tenferrod-N.sock, "cpu" DIR/tenferrod-cpu.sock. -1 for another form.
- */
-static int device_socket(const char *device, char *buf, size_t len) {
+int tf__device_socket(const char *device, char *buf, size_t len) {
     const char *n = strncmp(device, "cuda:", 5) == 0 ? device + 5 : device;
     if (strcmp(device, "cpu") == 0) {
-        snprintf(buf, len, "%s/tenferrod-cpu.sock", runtime_dir());
+        snprintf(buf, len, "%s/tenferrod-cpu.sock", tf__runtime_dir());
         return 0;
     }
     if (!n[0] || strlen(n) > 4 || strspn(n, "0123456789") != strlen(n)) return -1;
-    snprintf(buf, len, "%s/tenferrod-%d.sock", runtime_dir(), atoi(n));
+    snprintf(buf, len, "%s/tenferrod-%d.sock", tf__runtime_dir(), atoi(n));
     return 0;
 }
 
@@ -354,14 +349,14 @@ static int resolve_path(const char *path, const char *device, char *buf, size_t 
         source = "TENFERRO_DEVICE";
     }
     if (device && device[0] && strcmp(device, "auto") != 0) {
-        if (device_socket(device, buf, len) == 0) return 0;
+        if (tf__device_socket(device, buf, len) == 0) return 0;
         snprintf(why, why_len, "%s: \"%s\" names no device (cuda:N, N or cpu expected)", source,
                  device);
         return -1;
     }
     char first[256], second[256];
-    snprintf(first, sizeof first, "%s/tenferrod-0.sock", runtime_dir());
-    snprintf(second, sizeof second, "%s/tenferrod-cpu.sock", runtime_dir());
+    snprintf(first, sizeof first, "%s/tenferrod-0.sock", tf__runtime_dir());
+    snprintf(second, sizeof second, "%s/tenferrod-cpu.sock", tf__runtime_dir());
     struct stat st;
     if (stat(first, &st) == 0) {
         snprintf(buf, len, "%s", first);

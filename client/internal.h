@@ -193,6 +193,17 @@ int tf__take_fd(tf_client *c);
  */
 tf_status tf__check_connection(tf_client *c);
 
+/* ---- where the daemons listen (connection.c) ---- */
+
+/* The folder the daemons' sockets are in: $TENFERRO_RUNTIME_DIR or /run/tenferro. */
+const char *tf__runtime_dir(void);
+/*
+ * The socket of a device's daemon into buf, as tf_connect_device picks it:
+ * "cuda:N" or "N" is DIR/tenferrod-N.sock, "cpu" DIR/tenferrod-cpu.sock.
+ * 0 on success, -1 when the name has another form.
+ */
+int tf__device_socket(const char *device, char *buf, size_t len);
+
 /* ---- graphs being recorded and prepared graphs (graph.c) ---- */
 
 /* What the client keeps of a prepared graph: the metadata its runs are checked against. */

@@ -2,7 +2,9 @@
  * Renderings of the daemon's report (tf_daemon_status) for tenferroctl: readable sections for an
  * operator, one JSON object for scripts, and the Prometheus text exposition
  * format (version 0.0.4) for a scraper. All three print the same report; only
- * the form differs. Strings that come from clients (their names) are escaped
+ * the form differs. `status --all` prints a table of one row per daemon, or
+ * a JSON array of the same objects with the daemon's instance, socket and
+ * state added. Strings that come from clients (their names) are escaped
  * for each format: JSON gets \u escapes and U+FFFD for bytes that are not
  * UTF-8 (a name cut at the daemon's 63-byte limit can end mid-character),
  * Prometheus label values get \\, \" and \n, and the text form shows every
@@ -10,6 +12,7 @@
  * operator's terminal, whatever the daemon sent).
  */
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client/tenferroctl.h"
@@ -231,8 +234,9 @@ static void json_reservation(FILE *out, const tf_reservation_info *r) {
     fputs("]}", out);
 }
 
-void tfctl_print_status_json(FILE *out, const tf_daemon_status *s) {
-    fputs("{\"device\":", out);
+/* Writes the report's members, "device" to "caches", without the braces of their object. */
+static void json_status_members(FILE *out, const tf_daemon_status *s) {
+    fputs("\"device\":", out);
     json_string(out, s->device);
     fputs(",\"version\":", out);
     json_string(out, s->daemon_version);
@@ -273,7 +277,134 @@ void tfctl_print_status_json(FILE *out, const tf_daemon_status *s) {
                 ",\"misses\":%" PRIu64 ",\"evictions\":%" PRIu64 ",\"bytes\":%" PRIu64 "}",
                 ci->entries, ci->capacity, ci->hits, ci->misses, ci->evictions, ci->bytes);
     }
-    fputs("]}\n", out);
+    fputc(']', out);
+}
+
+void tfctl_print_status_json(FILE *out, const tf_daemon_status *s) {
+    fputc('{', out);
+    json_status_members(out, s);
+    fputs("}\n", out);
+}
+
+/* ---- status --all ---- */
+
+/* Bytes in the largest binary unit that leaves a number of at least 1 ("512 B", "1.5 GiB"). */
+static void format_bytes(uint64_t bytes, char *buf, size_t len) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double value = (double)bytes;
+    size_t unit = 0;
+    while (value >= 1024.0 && unit + 1 < sizeof units / sizeof *units) {
+        value /= 1024.0;
+        unit++;
+    }
+    if (unit == 0)
+        snprintf(buf, len, "%" PRIu64 " B", bytes);
+    else
+        snprintf(buf, len, "%.1f %s", value, units[unit]);
+}
+
+/* Clients a report lists, tenferroctl's own connection not counted. */
+static size_t other_clients(const tf_daemon_status *s, uint64_t own_client_id) {
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_clients; i++)
+        if (s->clients[i].client_id != own_client_id) n++;
+    return n;
+}
+
+/* Execution domains a held session has reserved. */
+static size_t held_reservations(const tf_daemon_status *s) {
+    size_t n = 0;
+    for (size_t i = 0; i < s->n_reservations; i++)
+        if (s->reservations[i].holder_client_id) n++;
+    return n;
+}
+
+/* The columns of one `status --all` row, each a printable string. */
+enum {
+    ALL_INSTANCE, ALL_SOCKET, ALL_DEVICE, ALL_CLIENTS, ALL_HELD, ALL_MEMORY, ALL_STATE,
+    ALL_COLUMNS
+};
+#define ALL_CELL_BYTES 1024
+typedef struct all_row {
+    char cell[ALL_COLUMNS][ALL_CELL_BYTES];
+} all_row;
+
+/* Fills a row's cells from an entry; "-" where an unreachable daemon said nothing. */
+static void all_row_of(const tfctl_daemon_entry *e, all_row *row) {
+    char safe[ALL_CELL_BYTES];
+    snprintf(row->cell[ALL_INSTANCE], ALL_CELL_BYTES, "%s", shown(e->instance, safe, sizeof safe));
+    snprintf(row->cell[ALL_SOCKET], ALL_CELL_BYTES, "%s", shown(e->socket, safe, sizeof safe));
+    const tf_daemon_status *s = e->status;
+    if (!s) {
+        for (int col = ALL_DEVICE; col < ALL_STATE; col++)
+            snprintf(row->cell[col], ALL_CELL_BYTES, "-");
+        char reason[ALL_CELL_BYTES - sizeof "unreachable: "];
+        snprintf(row->cell[ALL_STATE], ALL_CELL_BYTES, "unreachable: %s",
+                 shown(e->unreachable, reason, sizeof reason));
+        return;
+    }
+    snprintf(row->cell[ALL_DEVICE], ALL_CELL_BYTES, "%s", shown(s->device, safe, sizeof safe));
+    snprintf(row->cell[ALL_CLIENTS], ALL_CELL_BYTES, "%zu", other_clients(s, e->own_client_id));
+    snprintf(row->cell[ALL_HELD], ALL_CELL_BYTES, "%zu", held_reservations(s));
+    format_bytes(tf_daemon_status_counter(s, "device_bytes_live"), row->cell[ALL_MEMORY],
+                 ALL_CELL_BYTES);
+    snprintf(row->cell[ALL_STATE], ALL_CELL_BYTES, "up");
+}
+
+/* Prints one line of the table: every cell padded to its column's width but the last. */
+static void all_print_line(FILE *out, const char *const cells[ALL_COLUMNS],
+                           const int width[ALL_COLUMNS]) {
+    for (int col = 0; col + 1 < ALL_COLUMNS; col++) fprintf(out, "%-*s  ", width[col], cells[col]);
+    fprintf(out, "%s\n", cells[ALL_COLUMNS - 1]);
+}
+
+void tfctl_print_all_text(FILE *out, const tfctl_daemon_entry *entries, size_t n) {
+    static const char *const headings[ALL_COLUMNS] = {"instance", "socket", "device", "clients",
+                                                      "held",     "memory", "state"};
+    all_row *rows = calloc(n ? n : 1, sizeof *rows);
+    if (!rows) {
+        fprintf(stderr, "tenferroctl: out of memory for the table\n");
+        return;
+    }
+    int width[ALL_COLUMNS];
+    for (int col = 0; col < ALL_COLUMNS; col++) width[col] = (int)strlen(headings[col]);
+    for (size_t i = 0; i < n; i++) {
+        all_row_of(&entries[i], &rows[i]);
+        for (int col = 0; col < ALL_COLUMNS; col++) {
+            int w = (int)strlen(rows[i].cell[col]);
+            if (w > width[col]) width[col] = w;
+        }
+    }
+    all_print_line(out, headings, width);
+    for (size_t i = 0; i < n; i++) {
+        const char *cells[ALL_COLUMNS];
+        for (int col = 0; col < ALL_COLUMNS; col++) cells[col] = rows[i].cell[col];
+        all_print_line(out, cells, width);
+    }
+    free(rows);
+}
+
+void tfctl_print_all_json(FILE *out, const tfctl_daemon_entry *entries, size_t n) {
+    fputc('[', out);
+    for (size_t i = 0; i < n; i++) {
+        const tfctl_daemon_entry *e = &entries[i];
+        fputs(i ? ",{\"instance\":" : "{\"instance\":", out);
+        json_string(out, e->instance);
+        fputs(",\"socket\":", out);
+        json_string(out, e->socket);
+        fputs(",\"state\":", out);
+        if (e->status) {
+            json_string(out, "up");
+            fputc(',', out);
+            json_status_members(out, e->status);
+        } else {
+            char state[sizeof e->unreachable + 32];
+            snprintf(state, sizeof state, "unreachable: %s", e->unreachable);
+            json_string(out, state);
+        }
+        fputc('}', out);
+    }
+    fputs("]\n", out);
 }
 
 /* ---- Prometheus ---- */

@@ -1,16 +1,23 @@
 /*
  * tenferroctl: the operator's view of a running tenferrod, and its levers.
  *
- *   tenferroctl [--socket PATH] status [--json]   device, clients, reservations, counters
- *   tenferroctl [--socket PATH] metrics           the same as Prometheus text
- *   tenferroctl [--socket PATH] terminate ID      end client ID's connection, reclaim what it held
- *   tenferroctl [--socket PATH] drain             refuse new clients, exit when the last one leaves
- *   tenferroctl [--socket PATH] trim              return cached device memory (busy while held)
+ *   tenferroctl [--socket PATH | --device DEV] COMMAND
+ *   tenferroctl status --all [--json]
  *
- * This file parses the command line and speaks to the daemon; rendering lives
- * in tenferroctl-format.c. Exit status: 0 on success, 1 when the daemon (or
- * the connection to it) answered with a typed error, printed as
- * "tenferroctl: TF_ERR_NAME: message", 2 on a usage error.
+ *   status [--json]   device, clients, reservations, counters
+ *   status --all      one row per daemon of this host (with --json: one array)
+ *   metrics           the same as Prometheus text
+ *   terminate ID      end client ID's connection, reclaim what it held
+ *   drain             refuse new clients, exit when the last one leaves
+ *   trim              return cached device memory (busy while held)
+ *
+ * --device names the daemon of one device (cuda:N, N or cpu) and finds its
+ * socket as tf_connect_device does; --all lists every daemon's socket in the
+ * same runtime directory (tenferroctl-all.c). This file parses the command
+ * line and speaks to the daemon; rendering lives in tenferroctl-format.c.
+ * Exit status: 0 on success, 1 when the daemon (or the connection to it)
+ * answered with a typed error, printed as "tenferroctl: TF_ERR_NAME: message",
+ * or, for --all, when any daemon did not answer; 2 on a usage error.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -25,10 +32,14 @@ enum { EXIT_TYPED_ERROR = 1, EXIT_USAGE = 2 };
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: tenferroctl [--socket PATH] COMMAND\n"
+            "usage: tenferroctl [--socket PATH | --device DEV] COMMAND\n"
+            "       tenferroctl status --all [--json]\n"
             "\n"
             "commands:\n"
             "  status [--json]   device, clients, reservations and counters\n"
+            "  status --all      one row per daemon of this host: instance, socket, device,\n"
+            "                    clients, held sessions, memory in use, up or unreachable\n"
+            "                    (exit status 1 when any is unreachable)\n"
             "  metrics           the status as Prometheus text exposition format\n"
             "  terminate ID      end client ID's connection (its tensors are freed, its\n"
             "                    reservation released); needs admin rights\n"
@@ -37,7 +48,10 @@ static void usage(FILE *out) {
             "  trim              return cached device memory to the system (TF_ERR_BUSY while\n"
             "                    a held session is open); needs admin rights\n"
             "\n"
-            "The socket is --socket, else $TENFERRO_SOCKET, else the default under /run/tenferro.\n");
+            "The socket is --socket, else that of the daemon of --device DEV (cuda:N or N:\n"
+            "DIR/tenferrod-N.sock; cpu: DIR/tenferrod-cpu.sock), else $TENFERRO_SOCKET, else\n"
+            "the default under DIR. DIR is $TENFERRO_RUNTIME_DIR or /run/tenferro; status --all\n"
+            "asks every DIR/tenferrod-*.sock.\n");
 }
 
 /* Prints a typed error the way every command reports one, and returns the exit status. */
@@ -91,8 +105,10 @@ static uint64_t parse_client_id(const char *s) {
 /* What the command line asks for, checked before anything connects. */
 typedef struct request {
     const char *socket_path;
+    const char *device; /* --device: cuda:N, N or cpu */
     const char *command;
     int json;
+    int all; /* status --all */
     uint32_t admin_kind; /* 0 for status and metrics */
     uint64_t client_id;
 } request;
@@ -100,15 +116,21 @@ typedef struct request {
 /* Fills rq from argv; returns -1 to go on, else the exit status (0 after --help, 2 on misuse). */
 static int parse_args(int argc, char **argv, request *rq) {
     static const struct option longopts[] = {{"socket", required_argument, 0, 's'},
+                                             {"device", required_argument, 0, 'd'},
                                              {"json", no_argument, 0, 'j'},
+                                             {"all", no_argument, 0, 'a'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "s:h", longopts, NULL)) != -1) {
         if (ch == 's') {
             rq->socket_path = optarg;
+        } else if (ch == 'd') {
+            rq->device = optarg;
         } else if (ch == 'j') {
             rq->json = 1;
+        } else if (ch == 'a') {
+            rq->all = 1;
         } else if (ch == 'h') {
             usage(stdout);
             return 0;
@@ -116,6 +138,18 @@ static int parse_args(int argc, char **argv, request *rq) {
             usage(stderr);
             return EXIT_USAGE;
         }
+    }
+    if (rq->socket_path && rq->device) {
+        fprintf(stderr,
+                "tenferroctl: --socket and --device both name the daemon; give one of them\n");
+        return EXIT_USAGE;
+    }
+    char device_path[512];
+    if (rq->device && tf__device_socket(rq->device, device_path, sizeof device_path) != 0) {
+        fprintf(stderr,
+                "tenferroctl: --device: \"%s\" names no device (cuda:N, N or cpu expected)\n",
+                rq->device);
+        return EXIT_USAGE;
     }
     int n_args = argc - optind;
     rq->command = n_args > 0 ? argv[optind] : "";
@@ -138,10 +172,17 @@ static int parse_args(int argc, char **argv, request *rq) {
         usage(stderr);
         return EXIT_USAGE;
     }
-    if (n_args != want_args || (rq->json && strcmp(cmd, "status") != 0)) {
+    if (n_args != want_args || ((rq->json || rq->all) && strcmp(cmd, "status") != 0)) {
         fprintf(stderr, "tenferroctl: %s: %s\n", cmd,
-                n_args != want_args ? "wrong number of arguments" : "--json goes with status only");
+                n_args != want_args ? "wrong number of arguments"
+                : rq->json          ? "--json goes with status only"
+                                    : "--all goes with status only");
         usage(stderr);
+        return EXIT_USAGE;
+    }
+    if (rq->all && (rq->socket_path || rq->device)) {
+        fprintf(stderr, "tenferroctl: status --all asks every daemon; it takes neither --socket "
+                        "nor --device\n");
         return EXIT_USAGE;
     }
     return -1;
@@ -154,8 +195,9 @@ int main(int argc, char **argv) {
     int metrics = strcmp(rq.command, "metrics") == 0;
 
     setenv("TENFERRO_CLIENT_NAME", "tenferroctl", 0);
+    if (rq.all) return tfctl_status_all(rq.json);
     tf_client *c = NULL;
-    tf_status st = tf_connect(rq.socket_path, &c);
+    tf_status st = rq.device ? tf_connect_device(rq.device, &c) : tf_connect(rq.socket_path, &c);
     if (st != TF_OK) {
         if (metrics) tfctl_print_metrics_down(stdout); /* a scraper still learns the daemon is down */
         rc = report(c, st);

@@ -489,12 +489,25 @@ int th_reply_problem(const Tenferro__Frame *reply, tf_status status, const char 
     return th_result_problem(reply->result, status, needle, why, n);
 }
 
-/* Runs the tenferroctl next to the daemon binary, its output captured (harness.h). */
 int th_run_ctl(const th_daemon *d, char *out, size_t cap, const char *cmd, const char *arg) {
+    const char *args[] = {"--socket", d->socket, cmd, arg, NULL};
+    return th_run_ctl_args(out, cap, args);
+}
+
+/* Runs the tenferroctl next to the daemon binary, its output captured (harness.h). */
+int th_run_ctl_args(char *out, size_t cap, const char *const *args) {
     const char *daemon = getenv("TENFERRO_DAEMON");
     char dir[512], ctl[600];
     snprintf(dir, sizeof dir, "%s", daemon && daemon[0] ? daemon : "build/tenferrod");
     snprintf(ctl, sizeof ctl, "%s/tenferroctl", dirname(dir));
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = ctl;
+    while (n < 31 && args[n - 1]) {
+        argv[n] = args[n - 1];
+        n++;
+    }
+    argv[n] = NULL;
     int p[2];
     if (pipe(p) != 0) return -1;
     fflush(NULL);
@@ -509,7 +522,7 @@ int th_run_ctl(const th_daemon *d, char *out, size_t cap, const char *cmd, const
         dup2(p[1], STDERR_FILENO);
         close(p[0]);
         close(p[1]);
-        execl(ctl, ctl, "--socket", d->socket, cmd, arg, (char *)NULL);
+        execv(ctl, (char *const *)argv);
         fprintf(stderr, "cannot run %s: %s\n", ctl, strerror(errno));
         _exit(127);
     }
@@ -526,4 +539,92 @@ int th_run_ctl(const th_daemon *d, char *out, size_t cap, const char *cmd, const
     out[len] = '\0';
     close(p[0]);
     return th_wait(pid);
+}
+
+/* ---- JSON ---- */
+
+/*
+ * A small JSON checker (RFC 8259 grammar; strings must hold no raw control
+ * characters). Each parse_* advances *p past one value and returns 1, or 0 at
+ * the first error.
+ */
+static int parse_value(const char **p, int depth);
+
+static void skip_ws(const char **p) {
+    while (**p == ' ' || **p == '\t' || **p == '\n' || **p == '\r') (*p)++;
+}
+
+/* A string: escapes must be JSON's, raw control characters are refused. */
+static int parse_string(const char **p) {
+    if (*(*p)++ != '"') return 0;
+    for (;;) {
+        unsigned char ch = (unsigned char)*(*p)++;
+        if (ch == '"') return 1;
+        if (ch < 0x20) return 0; /* raw control character, or the end of the text */
+        if (ch != '\\') continue;
+        ch = (unsigned char)*(*p)++;
+        if (ch == 'u') {
+            for (int i = 0; i < 4; i++, (*p)++)
+                if (!strchr("0123456789abcdefABCDEF", **p) || !**p) return 0;
+        } else if (!ch || !strchr("\"\\/bfnrt", ch)) {
+            return 0;
+        }
+    }
+}
+
+/* A number, loosely: a digit after an optional minus, then digits, '.', 'e' and signs. */
+static int parse_number(const char **p) {
+    const char *start = *p;
+    if (**p == '-') (*p)++;
+    if (**p < '0' || **p > '9') return 0;
+    while ((**p >= '0' && **p <= '9') || strchr(".eE+-", **p) != NULL) {
+        if (!**p) break;
+        (*p)++;
+    }
+    return *p > start;
+}
+
+/* An object (close = '}', members "key": value) or an array (close = ']'). */
+static int parse_members(const char **p, char close, int depth) {
+    (*p)++;
+    skip_ws(p);
+    if (**p == close) {
+        (*p)++;
+        return 1;
+    }
+    for (;;) {
+        skip_ws(p);
+        if (close == '}') {
+            if (!parse_string(p)) return 0;
+            skip_ws(p);
+            if (*(*p)++ != ':') return 0;
+        }
+        if (!parse_value(p, depth + 1)) return 0;
+        skip_ws(p);
+        char ch = *(*p)++;
+        if (ch == close) return 1;
+        if (ch != ',') return 0;
+    }
+}
+
+/* Any value, nested at most 32 deep. */
+static int parse_value(const char **p, int depth) {
+    if (depth > 32) return 0;
+    skip_ws(p);
+    switch (**p) {
+    case '{': return parse_members(p, '}', depth);
+    case '[': return parse_members(p, ']', depth);
+    case '"': return parse_string(p);
+    case 't': return strncmp(*p, "true", 4) == 0 ? (*p += 4, 1) : 0;
+    case 'f': return strncmp(*p, "false", 5) == 0 ? (*p += 5, 1) : 0;
+    case 'n': return strncmp(*p, "null", 4) == 0 ? (*p += 4, 1) : 0;
+    default: return parse_number(p);
+    }
+}
+
+int th_json_valid(const char *text) {
+    const char *p = text;
+    if (!parse_value(&p, 0)) return 0;
+    skip_ws(&p);
+    return *p == '\0';
 }

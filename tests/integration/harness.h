@@ -132,6 +132,13 @@ Tenferro__Frame *th_status_report(const th_daemon *d);
  */
 int th_run_ctl(const th_daemon *d, char *out, size_t cap, const char *cmd, const char *arg);
 
+/*
+ * Runs tenferroctl (the binary next to TENFERRO_DAEMON) with the arguments
+ * args (NULL-terminated; no --socket is added) and the test process's
+ * environment, captured as th_run_ctl does. Returns its exit status, or -1.
+ */
+int th_run_ctl_args(char *out, size_t cap, const char *const *args);
+
 /* ---- raw frames, for bad-input tests ---- */
 
 /* Connects a plain socket without a handshake; returns the fd or -1. */
@@ -184,6 +191,11 @@ int th_reply_problem(const Tenferro__Frame *reply, tf_status status, const char 
                       why_);                                                                      \
         tf__frame_free(reply_);                                                                   \
     } while (0)
+
+/* ---- JSON ---- */
+
+/* 1 when text is exactly one JSON value and white space (RFC 8259; no raw control characters in strings). */
+int th_json_valid(const char *text);
 
 /* ---- data ---- */
 

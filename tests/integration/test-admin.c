@@ -374,93 +374,6 @@ END_TEST
 
 /* ---- status --json and metrics ---- */
 
-/*
- * A small JSON checker (RFC 8259 grammar; strings must hold no raw control
- * characters). Each parse_* advances *p past one value and returns 1, or 0 at
- * the first error.
- */
-static int parse_value(const char **p, int depth);
-
-static void skip_ws(const char **p) {
-    while (**p == ' ' || **p == '\t' || **p == '\n' || **p == '\r') (*p)++;
-}
-
-/* A string: escapes must be JSON's, raw control characters are refused. */
-static int parse_string(const char **p) {
-    if (*(*p)++ != '"') return 0;
-    for (;;) {
-        unsigned char ch = (unsigned char)*(*p)++;
-        if (ch == '"') return 1;
-        if (ch < 0x20) return 0; /* raw control character, or the end of the text */
-        if (ch != '\\') continue;
-        ch = (unsigned char)*(*p)++;
-        if (ch == 'u') {
-            for (int i = 0; i < 4; i++, (*p)++)
-                if (!strchr("0123456789abcdefABCDEF", **p) || !**p) return 0;
-        } else if (!ch || !strchr("\"\\/bfnrt", ch)) {
-            return 0;
-        }
-    }
-}
-
-/* A number, loosely: a digit after an optional minus, then digits, '.', 'e' and signs. */
-static int parse_number(const char **p) {
-    const char *start = *p;
-    if (**p == '-') (*p)++;
-    if (**p < '0' || **p > '9') return 0;
-    while ((**p >= '0' && **p <= '9') || strchr(".eE+-", **p) != NULL) {
-        if (!**p) break;
-        (*p)++;
-    }
-    return *p > start;
-}
-
-/* An object (close = '}', members "key": value) or an array (close = ']'). */
-static int parse_members(const char **p, char close, int depth) {
-    (*p)++;
-    skip_ws(p);
-    if (**p == close) {
-        (*p)++;
-        return 1;
-    }
-    for (;;) {
-        skip_ws(p);
-        if (close == '}') {
-            if (!parse_string(p)) return 0;
-            skip_ws(p);
-            if (*(*p)++ != ':') return 0;
-        }
-        if (!parse_value(p, depth + 1)) return 0;
-        skip_ws(p);
-        char ch = *(*p)++;
-        if (ch == close) return 1;
-        if (ch != ',') return 0;
-    }
-}
-
-/* Any value, nested at most 32 deep. */
-static int parse_value(const char **p, int depth) {
-    if (depth > 32) return 0;
-    skip_ws(p);
-    switch (**p) {
-    case '{': return parse_members(p, '}', depth);
-    case '[': return parse_members(p, ']', depth);
-    case '"': return parse_string(p);
-    case 't': return strncmp(*p, "true", 4) == 0 ? (*p += 4, 1) : 0;
-    case 'f': return strncmp(*p, "false", 5) == 0 ? (*p += 5, 1) : 0;
-    case 'n': return strncmp(*p, "null", 4) == 0 ? (*p += 4, 1) : 0;
-    default: return parse_number(p);
-    }
-}
-
-/* 1 when text is exactly one JSON value (and white space). */
-static int json_valid(const char *text) {
-    const char *p = text;
-    if (!parse_value(&p, 0)) return 0;
-    skip_ws(&p);
-    return *p == '\0';
-}
-
 /* A client name with every character JSON and Prometheus must escape, and a byte that is not UTF-8. */
 #define ODD_NAME "odd\"name\\with\nnewline\ttab\x01\xff"
 
@@ -472,8 +385,8 @@ static int json_valid(const char *text) {
  * escapes what it must.
  */
 START_TEST(test_status_json_and_metrics) {
-    ck_assert_msg(json_valid("{\"a\":[1,-2.5e3,true,null,\"\\u00e9\"]}") && !json_valid("{\"a\":}") &&
-                      !json_valid("\"raw\x01\"") && !json_valid("[1,]"),
+    ck_assert_msg(th_json_valid("{\"a\":[1,-2.5e3,true,null,\"\\u00e9\"]}") && !th_json_valid("{\"a\":}") &&
+                      !th_json_valid("\"raw\x01\"") && !th_json_valid("[1,]"),
                   "the JSON checker itself is wrong");
     th_daemon d;
     CK_DAEMON_START(&d, "--reservation-policy", "reject");
@@ -487,7 +400,7 @@ START_TEST(test_status_json_and_metrics) {
     static char out[1 << 16];
     char want[256];
     ck_assert_msg(th_run_ctl(&d, out, sizeof out, "status", "--json") == 0, "status --json: %s", out);
-    ck_assert_msg(json_valid(out), "status --json is not valid JSON:\n%s", out);
+    ck_assert_msg(th_json_valid(out), "status --json is not valid JSON:\n%s", out);
     for (const char *p = out; *p; p++)
         ck_assert_msg((unsigned char)*p < 0x80, "a byte that is not UTF-8 reached the JSON: %s", out);
     unsigned long long hid = (unsigned long long)tf_client_id(holder);
