@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "daemon/batch.h"
 #include "daemon/conn.h"
@@ -46,12 +45,8 @@ typedef struct take_job {
 /* The thread: fetches the offer from the other daemon, then wakes the loop. */
 static void *fetch_thread(void *arg) {
     take_job *job = arg;
-    struct timespec T0, T1;
-    clock_gettime(CLOCK_MONOTONIC, &T0);
     tfd_peer_fetch(job->source_socket, job->token, job->requester_uid, job->deadline_ms,
                    &job->fetched);
-    clock_gettime(CLOCK_MONOTONIC, &T1);
-    fprintf(stderr, "PEERTIME fetch %.0f us\n", (double)(T1.tv_sec - T0.tv_sec) * 1e6 + (double)(T1.tv_nsec - T0.tv_nsec) / 1e3);
     uv_async_send(&job->async);
     return NULL;
 }
@@ -111,7 +106,6 @@ static void copy_on_worker(tfd_stream *s, void *arg) {
 /* Loop, once the copy ran: the answer. */
 static void on_copied(tfd_item *it) {
     take_job *job = it->done_arg;
-    fprintf(stderr, "PEERTIME total %.0f us\n", (double)(tfd_now_ms() - job->deadline_ms + job->conn->srv->opt.peers_copy_timeout_ms) * 1e3);
     tf_status stream_st = it->outcome.status;
     tfd_item_free(it);
     if (stream_st != TF_OK && job->copy_status == TF_OK)

@@ -2,7 +2,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "daemon/backend/cpu-peer.h"
@@ -87,8 +86,6 @@ tf_status tfd_cuda_peer_import_copy(int ordinal, cudaStream_t stream, void *dst,
         snprintf(msg, msg_len, "a CUDA daemon cannot read memory shared as \"%.32s\"", in->kind);
         return TF_ERR_UNSUPPORTED;
     }
-    struct timespec T0, T1, T2, T3, T4;
-    clock_gettime(CLOCK_MONOTONIC, &T0);
     cudaMemPool_t pool;
     TFD_CUDA_CHECK_RET(cudaMemPoolImportFromShareableHandle(&pool, (void *)(uintptr_t)in->fd,
                                                            cudaMemHandleTypePosixFileDescriptor, 0),
@@ -105,9 +102,7 @@ tf_status tfd_cuda_peer_import_copy(int ordinal, cudaStream_t stream, void *dst,
     }
     struct cudaMemPoolPtrExportData data;
     memcpy(&data, in->handle, sizeof data);
-    clock_gettime(CLOCK_MONOTONIC, &T1);
     TFD_CUDA_CHECK_GOTO(cudaMemPoolImportPointer(&src, pool, &data), st, msg, msg_len, out);
-    clock_gettime(CLOCK_MONOTONIC, &T2);
     TFD_CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, (const char *)src + in->offset, bytes,
                                         cudaMemcpyDeviceToDevice, stream),
                         st, msg, msg_len, out);
@@ -116,12 +111,8 @@ tf_status tfd_cuda_peer_import_copy(int ordinal, cudaStream_t stream, void *dst,
     src = NULL;
     TFD_CUDA_CHECK_GOTO(cudaStreamSynchronize(stream), st, msg, msg_len, out);
 out:
-    clock_gettime(CLOCK_MONOTONIC, &T3);
     if (src) (void)cudaFree(src);
     (void)cudaMemPoolDestroy(pool);
     (void)cudaGetLastError();
-    clock_gettime(CLOCK_MONOTONIC, &T4);
-#define US(a, b) ((double)((b).tv_sec - (a).tv_sec) * 1e6 + (double)((b).tv_nsec - (a).tv_nsec) / 1e3)
-    fprintf(stderr, "PEERTIME import_pool %.0f import_ptr %.0f copy %.0f release %.0f us\n", US(T0, T1), US(T1, T2), US(T2, T3), US(T3, T4));
     return st;
 }
