@@ -274,6 +274,36 @@ static PyObject *tensor_conj(tfp_tensor *s, PyObject *u) {
     (void)u;
     return tfp_unary(TFP_CONJ, (PyObject *)s);
 }
+/*
+ * copy_to(client): this tensor copied onto the device of another client's
+ * daemon (tf_copy_to, docs/multi-gpu.md). Both clients' locks are taken in
+ * address order, so two threads copying opposite ways cannot deadlock.
+ */
+static PyObject *tensor_copy_to(tfp_tensor *self, PyObject *arg) {
+    if (!PyObject_TypeCheck(arg, tfp_ClientType)) {
+        PyErr_SetString(PyExc_TypeError, "copy_to(client): client is a tenferro.Client");
+        return NULL;
+    }
+    if (check_readable(self) < 0) return NULL;
+    tfp_client *from = self->client, *to = (tfp_client *)arg;
+    tfp_client *first = from < to ? from : to, *second = from < to ? to : from;
+    if (tfp_lock(first) < 0) return NULL;
+    if (second != first && tfp_lock(second) < 0) {
+        tfp_unlock(first);
+        return NULL;
+    }
+    tf_tensor made = 0;
+    tf_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = tf_copy_to(from->c, self->id, to->c, &made);
+    Py_END_ALLOW_THREADS
+    PyObject *r = st == TF_OK ? tfp_tensor_new(to, NULL, made, self->dtype, self->rank, self->shape)
+                              : tfp_raise_client(to, st, 0);
+    if (second != first) tfp_unlock(second);
+    tfp_unlock(first);
+    return r;
+}
+
 static PyObject *tensor_copy(tfp_tensor *s, PyObject *u) {
     (void)u;
     return tfp_unary(TFP_COPY, (PyObject *)s);
@@ -315,6 +345,9 @@ static PyMethodDef tensor_methods[] = {
      "min(axis=None, keepdims=False) -> Tensor (real dtypes)"},
     {"conj", (PyCFunction)tensor_conj, METH_NOARGS, "conj() -> Tensor: the complex conjugate."},
     {"copy", (PyCFunction)tensor_copy, METH_NOARGS, "copy() -> Tensor: a copy on the device."},
+    {"copy_to", (PyCFunction)tensor_copy_to, METH_O,
+     "copy_to(client) -> Tensor: a copy on the device of another client's daemon (another GPU of "
+     "this host, or another daemon of the same one), made without a trip through this process."},
     {NULL, NULL, 0, NULL},
 };
 
