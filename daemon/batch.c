@@ -24,6 +24,27 @@
 #include "daemon/unwritten.h"
 
 
+tf_status tfd_tensor_record_new(tfd_conn *c, uint64_t id, uint32_t dtype, size_t n_shape,
+                                const int64_t *shape, tfd_tensor *rec, char *msg, size_t len) {
+    memset(rec, 0, sizeof *rec);
+    if (id == 0 || tfd_tensor_table_find(&c->tensors, id)) {
+        snprintf(msg, len, "tensor handle %llu is zero or already in use on this connection",
+                 (unsigned long long)id);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (n_shape > TF_MAX_RANK) {
+        snprintf(msg, len, "rank %zu is above the maximum of %d", n_shape, TF_MAX_RANK);
+        return TF_ERR_BAD_SHAPE;
+    }
+    rec->id = id;
+    rec->meta.dtype = (tf_dtype)dtype;
+    rec->meta.rank = (int)n_shape;
+    for (size_t i = 0; i < n_shape; i++) rec->meta.shape[i] = shape[i];
+    tf_status st = tf__check_new_meta(rec->meta.dtype, rec->meta.rank, rec->meta.shape, msg, len);
+    if (st == TF_OK) rec->bytes = tf__meta_bytes(&rec->meta);
+    return st;
+}
+
 tf_status tfd_tensor_create(tfd_conn *c, tfd_tensor *rec, char *msg, size_t len) {
     tf_status st = tfd_quota_check(c, rec->bytes, 1, 0, msg, len);
     if (st == TF_OK) st = tfd_stream_alloc(c->stream, rec->bytes, &rec->data, msg, len);

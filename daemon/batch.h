@@ -84,4 +84,12 @@ tf_status tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec);
  */
 tf_status tfd_tensor_create(tfd_conn *c, tfd_tensor *rec, char *msg, size_t len);
 
+/*
+ * Fills rec for a new tensor `id` of dtype and shape (n_shape dimensions)
+ * after checking that the id is free on c and the shape is one a tensor may
+ * have; nothing is allocated.
+ */
+tf_status tfd_tensor_record_new(tfd_conn *c, uint64_t id, uint32_t dtype, size_t n_shape,
+                                const int64_t *shape, tfd_tensor *rec, char *msg, size_t len);
+
 #endif

@@ -785,6 +785,24 @@ void tfd_stream_free_now(tfd_stream *s, void *ptr, size_t bytes) {
     tfd_executor_note_free(s->ex, bytes);
 }
 
+tf_status tfd_stream_enqueue_call(tfd_stream *s, void (*fn)(tfd_stream *s, void *arg), void *arg,
+                                  tfd_item_done_fn done, void *done_arg) {
+    tfd_item *call = tfd_item_new(TFD_ITEM_CALL), *marker = tfd_item_new(TFD_ITEM_MARKER);
+    if (!call || !marker) {
+        tfd_item_free(call);
+        tfd_item_free(marker);
+        return TF_ERR_NO_MEMORY;
+    }
+    call->u.call.fn = fn;
+    call->u.call.arg = arg;
+    marker->keeps_failure = 1;
+    marker->done = done;
+    marker->done_arg = done_arg;
+    call->next = marker;
+    tfd_stream_enqueue(s, call, marker, 2);
+    return TF_OK;
+}
+
 void tfd_stream_destroy(tfd_stream *s) {
     if (!s) return;
     /*

@@ -272,6 +272,16 @@ void tfd_executor_run_loop_copies(tfd_executor *ex);
  */
 void tfd_executor_watch_copies(tfd_executor *ex);
 
+/*
+ * Queues fn(s, arg) on a worker in the stream's order, then a marker whose
+ * completion runs done(item) on the loop with item->done_arg = done_arg
+ * (item->outcome says whether the stream was cancelled meanwhile). The
+ * marker keeps the stream's failure for the next one. TF_ERR_NO_MEMORY, with
+ * nothing queued, when the items cannot be made.
+ */
+tf_status tfd_stream_enqueue_call(tfd_stream *s, void (*fn)(tfd_stream *s, void *arg), void *arg,
+                                  tfd_item_done_fn done, void *done_arg);
+
 /* Appends a chain of items (linked through ->next, `count` of them) to the stream. */
 void tfd_stream_enqueue(tfd_stream *s, tfd_item *first, tfd_item *last, uint64_t count);
 

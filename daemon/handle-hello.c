@@ -17,6 +17,8 @@
 #include "daemon/log.h"
 #include "daemon/server.h"
 
+static void send_hello_reply(tfd_conn *c, uint64_t seq, int ring, int page_fd);
+
 void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_server *srv = c->srv;
     Tenferro__Hello *hello = frame->hello;
@@ -73,17 +75,7 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         c->hello_done = 1;
         tfd_log(TFD_LOG_INFO, "client %llu connected: a peer daemon (pid %d uid %u)",
                 (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid);
-        Tenferro__Frame out = TENFERRO__FRAME__INIT;
-        Tenferro__HelloReply reply = TENFERRO__HELLO_REPLY__INIT;
-        reply.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
-        reply.device = srv->backend.description;
-        reply.max_frame_bytes = srv->opt.max_frame_bytes;
-        reply.client_id = c->client_id;
-        reply.daemon_version = TFD_VERSION_STRING;
-        out.seq = seq;
-        out.body_case = TENFERRO__FRAME__BODY_HELLO_REPLY;
-        out.hello_reply = &reply;
-        tfd_conn_send(c, &out);
+        send_hello_reply(c, seq, 0, -1);
         return;
     }
     c->priority = tfd_access_priority(&srv->opt, c->uid, c->gid);
@@ -110,6 +102,16 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
     tfd_log(TFD_LOG_INFO, "client %llu connected: pid %d uid %u name %s priority %d",
             (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid, c->name, c->priority);
 
+    send_hello_reply(c, seq, ring, page_fd);
+}
+
+/*
+ * Answers the Hello: the daemon's limits, and for a client (page_fd >= 0)
+ * its completion page, mailbox and, with `ring`, submission ring, the
+ * page's memfd riding on the reply. A peer daemon gets the limits alone.
+ */
+static void send_hello_reply(tfd_conn *c, uint64_t seq, int ring, int page_fd) {
+    tfd_server *srv = c->srv;
     Tenferro__Frame out = TENFERRO__FRAME__INIT;
     Tenferro__HelloReply reply = TENFERRO__HELLO_REPLY__INIT;
     reply.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
@@ -117,6 +119,13 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
     reply.max_frame_bytes = srv->opt.max_frame_bytes;
     reply.client_id = c->client_id;
     reply.daemon_version = TFD_VERSION_STRING;
+    out.seq = seq;
+    out.body_case = TENFERRO__FRAME__BODY_HELLO_REPLY;
+    out.hello_reply = &reply;
+    if (page_fd < 0) {
+        tfd_conn_send(c, &out);
+        return;
+    }
     reply.completion_slots = (uint32_t)TF__COMPLETION_SLOTS;
     reply.mailbox_offset = TF__MAILBOX_OFFSET;
     if (ring) {
@@ -124,8 +133,5 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         reply.ring_request_bytes = TF_RING_REQUEST_BYTES;
         reply.ring_reply_bytes = TF_RING_REPLY_BYTES;
     }
-    out.seq = seq;
-    out.body_case = TENFERRO__FRAME__BODY_HELLO_REPLY;
-    out.hello_reply = &reply;
     tfd_conn_send_with_fd(c, &out, page_fd);
 }

@@ -118,27 +118,19 @@ static void on_built(tfd_item *it) {
 /* Queues the build of an instance and its answer behind the connection's earlier work. */
 static void build_later(tfd_conn *c, uint64_t seq, uint64_t id, tfd_graph_plan *plan) {
     prepare_job *job = calloc(1, sizeof *job);
-    tfd_item *call = tfd_item_new(TFD_ITEM_CALL), *marker = tfd_item_new(TFD_ITEM_MARKER);
-    if (!job || !call || !marker) {
+    if (job) {
+        job->conn = c;
+        job->seq = seq;
+        job->id = id;
+        job->plan = plan;
+    }
+    tfd_conn_pause(c);
+    if (!job || tfd_stream_enqueue_call(c->stream, build_on_worker, job, on_built, job) != TF_OK) {
         free(job);
-        tfd_item_free(call);
-        tfd_item_free(marker);
         tfd_graph_plan_free(plan);
         reply_prepare(c, seq, TF_ERR_NO_MEMORY, -1, "out of host memory preparing a graph");
-        return;
+        tfd_conn_resume(c);
     }
-    job->conn = c;
-    job->seq = seq;
-    job->id = id;
-    job->plan = plan;
-    call->u.call.fn = build_on_worker;
-    call->u.call.arg = job;
-    marker->keeps_failure = 1;
-    marker->done = on_built;
-    marker->done_arg = job;
-    call->next = marker;
-    tfd_conn_pause(c);
-    tfd_stream_enqueue(c->stream, call, marker, 2);
 }
 
 void tfd_handle_prepare(tfd_conn *c, Tenferro__Frame *frame) {

@@ -22,22 +22,10 @@
  * carried write and the quotas.
  */
 static tf_status create_tensor(tfd_conn *c, const Tenferro__Upload *up, char *msg, size_t len) {
-    if (up->tensor == 0 || tfd_tensor_table_find(&c->tensors, up->tensor)) {
-        snprintf(msg, len, "tensor handle %llu is zero or already in use on this connection",
-                 (unsigned long long)up->tensor);
-        return TF_ERR_INVALID_ARGUMENT;
-    }
-    if (up->n_shape > TF_MAX_RANK) {
-        snprintf(msg, len, "rank %zu is above the maximum of %d", up->n_shape, TF_MAX_RANK);
-        return TF_ERR_BAD_SHAPE;
-    }
-    tfd_tensor rec = {.id = up->tensor};
-    rec.meta.dtype = (tf_dtype)up->dtype;
-    rec.meta.rank = (int)up->n_shape;
-    for (size_t i = 0; i < up->n_shape; i++) rec.meta.shape[i] = up->shape[i];
-    tf_status st = tf__check_new_meta(rec.meta.dtype, rec.meta.rank, rec.meta.shape, msg, len);
+    tfd_tensor rec;
+    tf_status st = tfd_tensor_record_new(c, up->tensor, up->dtype, up->n_shape, up->shape, &rec,
+                                         msg, len);
     if (st != TF_OK) return st;
-    rec.bytes = tf__meta_bytes(&rec.meta);
     /* A refused request changes nothing: check the write before the tensor exists. */
     if (up->data.len > 0 && (up->offset > rec.bytes || up->data.len > rec.bytes - up->offset)) {
         snprintf(msg, len,

@@ -297,10 +297,7 @@ void tfd_handle_peer_fetch(tfd_conn *c, Tenferro__Frame *frame) {
         refuse_fetch(c, seq, TF_ERR_PERMISSION, msg);
         return;
     }
-    tfd_item *call = tfd_item_new(TFD_ITEM_CALL), *marker = tfd_item_new(TFD_ITEM_MARKER);
-    if (!call || !marker) {
-        tfd_item_free(call);
-        tfd_item_free(marker);
+    if (tfd_stream_enqueue_call(o->owner->stream, export_on_worker, o, on_exported, o) != TF_OK) {
         refuse_fetch(c, seq, TF_ERR_NO_MEMORY, "out of host memory");
         return;
     }
@@ -309,13 +306,6 @@ void tfd_handle_peer_fetch(tfd_conn *c, Tenferro__Frame *frame) {
     o->peer = c;
     o->fetch_seq = seq;
     o->owner->lent++;
-    call->u.call.fn = export_on_worker;
-    call->u.call.arg = o;
-    marker->keeps_failure = 1;
-    marker->done = on_exported;
-    marker->done_arg = o;
-    call->next = marker;
-    tfd_stream_enqueue(o->owner->stream, call, marker, 2);
 }
 
 void tfd_peer_offers_conn_closing(tfd_conn *c) {

@@ -167,20 +167,8 @@ static void on_fetched(uv_async_t *h) {
         finish(job, st, "%s", msg);
         return;
     }
-    tfd_item *call = tfd_item_new(TFD_ITEM_CALL), *marker = tfd_item_new(TFD_ITEM_MARKER);
-    if (!call || !marker) {
-        tfd_item_free(call);
-        tfd_item_free(marker);
+    if (tfd_stream_enqueue_call(c->stream, copy_on_worker, job, on_copied, job) != TF_OK)
         finish(job, TF_ERR_NO_MEMORY, "out of host memory");
-        return;
-    }
-    call->u.call.fn = copy_on_worker;
-    call->u.call.arg = job;
-    marker->keeps_failure = 1;
-    marker->done = on_copied;
-    marker->done_arg = job;
-    call->next = marker;
-    tfd_stream_enqueue(c->stream, call, marker, 2);
 }
 
 /* Checks a CopyTake and makes its tensor; the job is filled for the thread. */
@@ -201,23 +189,10 @@ static tf_status start(tfd_conn *c, const Tenferro__CopyTake *req, take_job *job
         snprintf(msg, len, "a copy take needs the source daemon's socket as an absolute path");
         return TF_ERR_INVALID_ARGUMENT;
     }
-    if (req->tensor == 0 || tfd_tensor_table_find(&c->tensors, req->tensor)) {
-        snprintf(msg, len, "tensor handle %llu is zero or already in use on this connection",
-                 (unsigned long long)req->tensor);
-        return TF_ERR_INVALID_ARGUMENT;
-    }
-    if (req->n_shape > TF_MAX_RANK) {
-        snprintf(msg, len, "rank %zu is above the maximum of %d", req->n_shape, TF_MAX_RANK);
-        return TF_ERR_BAD_SHAPE;
-    }
     tfd_tensor *rec = &job->made;
-    rec->id = req->tensor;
-    rec->meta.dtype = (tf_dtype)req->dtype;
-    rec->meta.rank = (int)req->n_shape;
-    for (size_t i = 0; i < req->n_shape; i++) rec->meta.shape[i] = req->shape[i];
-    tf_status st = tf__check_new_meta(rec->meta.dtype, rec->meta.rank, rec->meta.shape, msg, len);
+    tf_status st = tfd_tensor_record_new(c, req->tensor, req->dtype, req->n_shape, req->shape, rec,
+                                         msg, len);
     if (st != TF_OK) return st;
-    rec->bytes = tf__meta_bytes(&rec->meta);
     rec->in_flight = TFD_FLIGHT_WRITE;
     if ((st = tfd_tensor_create(c, rec, msg, len)) != TF_OK) return st;
     snprintf(job->token, sizeof job->token, "%s", req->token);
