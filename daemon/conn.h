@@ -92,6 +92,7 @@ struct tfd_conn {
     uint32_t lent;
     int teardown_deferred;
     uint32_t takes;
+    struct take_job *take; /* the take waiting for the other daemon (the connection is paused) */
 
     /* Replies held back behind one that carries a file descriptor (connection.c). */
     struct tfd_held_frame *held_head, *held_tail;

@@ -460,6 +460,7 @@ void tfd_conn_close(tfd_conn *c) {
     tfd_admission_cancel(c);
     c->scoped_active = 0;
     tfd_peer_offers_conn_closing(c);
+    tfd_peer_take_cancel(c);
     if (c->stream && c->lent) {
         c->teardown_deferred = 1; /* another daemon copies one of its tensors: they stay */
     } else if (c->stream) {

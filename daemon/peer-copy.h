@@ -30,4 +30,7 @@
  */
 void tfd_peer_offers_conn_closing(tfd_conn *c);
 
+/* A connection starts closing: its take waiting for the other daemon gives up (peer-take.c). */
+void tfd_peer_take_cancel(tfd_conn *c);
+
 #endif

@@ -28,17 +28,26 @@ static int fail(tfd_peer_fetched *out, tf_status st, const char *fmt, ...) {
     return -1;
 }
 
-/* Waits until sock is readable (or writable) or the deadline passed; 0 when ready. */
+/*
+ * Waits until sock is readable (or writable), the deadline passed, or the
+ * fetch was cancelled or its client hung up (looked at every 100 ms); 0 when
+ * ready. A client that only shut its write side (half-close) still waits for
+ * the answer: only a full hang-up (POLLHUP) ends the fetch.
+ */
 static int wait_ready(int sock, short events, uint64_t deadline_ms, tfd_peer_fetched *out) {
     for (;;) {
+        if (out->cancel && atomic_load(out->cancel))
+            return fail(out, TF_ERR_DISCONNECTED, "the copy was given up: its client left");
         uint64_t now = tfd_now_ms();
         if (now >= deadline_ms)
             return fail(out, TF_ERR_PEER,
                         "the other daemon did not answer in time ([peers] copy_timeout_ms)");
-        struct pollfd p = {.fd = sock, .events = events};
+        struct pollfd p[2] = {{.fd = sock, .events = events}, {.fd = out->watch_fd}};
         uint64_t left = deadline_ms - now;
-        int n = poll(&p, 1, left > 60000 ? 60000 : (int)left);
-        if (n > 0) return 0;
+        int n = poll(p, out->watch_fd >= 0 ? 2 : 1, left > 100 ? 100 : (int)left);
+        if (n > 0 && out->watch_fd >= 0 && (p[1].revents & (POLLHUP | POLLERR | POLLNVAL)))
+            return fail(out, TF_ERR_DISCONNECTED, "the copy was given up: its client left");
+        if (n > 0 && p[0].revents) return 0;
         if (n < 0 && errno != EINTR) return fail(out, TF_ERR_IO, "poll: %s", strerror(errno));
     }
 }
@@ -190,10 +199,13 @@ static int take_reply(const Tenferro__PeerFetchReply *r, tfd_peer_fetched *out) 
 }
 
 void tfd_peer_fetch(const char *socket_path, const char *token, uint32_t requester_uid,
-                    uint64_t deadline_ms, tfd_peer_fetched *out) {
+                    uint64_t deadline_ms, const atomic_int *cancel, int client_fd,
+                    tfd_peer_fetched *out) {
     memset(out, 0, sizeof *out);
     out->sock = -1;
     out->mem.fd = -1;
+    out->cancel = cancel;
+    out->watch_fd = client_fd;
     if (connect_peer(socket_path, out) != 0) return;
     Tenferro__Frame req = TENFERRO__FRAME__INIT;
     Tenferro__Hello hello = TENFERRO__HELLO__INIT;

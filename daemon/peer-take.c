@@ -15,6 +15,7 @@
  * closes meanwhile is kept (c->takes) until the thread has reported.
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,8 @@ typedef struct take_job {
     uint32_t requester_uid;
     uint64_t deadline_ms;
     tfd_peer_fetched fetched; /* filled by the thread */
+    atomic_int cancel;        /* the client left: the thread gives up */
+    int client_fd;            /* the client's socket, watched for a hang-up while fetching */
     tf_status copy_status;    /* filled by the CALL item */
     char copy_msg[256];
 } take_job;
@@ -46,7 +49,7 @@ typedef struct take_job {
 static void *fetch_thread(void *arg) {
     take_job *job = arg;
     tfd_peer_fetch(job->source_socket, job->token, job->requester_uid, job->deadline_ms,
-                   &job->fetched);
+                   &job->cancel, job->client_fd, &job->fetched);
     uv_async_send(&job->async);
     return NULL;
 }
@@ -90,6 +93,7 @@ static void finish(take_job *job, tf_status st, const char *fmt, ...) {
         tfd_conn_resume(c);
     }
     c->takes--;
+    c->take = NULL;
     uv_close((uv_handle_t *)&job->async, (uv_close_cb)free);
     tfd_conn_maybe_free(c);
 }
@@ -216,6 +220,8 @@ void tfd_handle_copy_take(tfd_conn *c, Tenferro__Frame *frame) {
         return;
     }
     job->seq = seq;
+    uv_os_fd_t client_fd;
+    job->client_fd = uv_fileno((uv_handle_t *)&c->pipe, &client_fd) == 0 ? client_fd : -1;
     job->fetched.sock = -1;
     job->fetched.mem.fd = -1;
     pthread_attr_t attr;
@@ -226,6 +232,7 @@ void tfd_handle_copy_take(tfd_conn *c, Tenferro__Frame *frame) {
                  pthread_create(&thread, &attr, fetch_thread, job) != 0)) {
         /* No thread: the take ends here, through the loop like any other. */
         c->takes++;
+        c->take = job;
         tfd_conn_pause(c);
         job->fetched.status = TF_ERR_NO_MEMORY;
         snprintf(job->fetched.message, sizeof job->fetched.message,
@@ -241,5 +248,10 @@ void tfd_handle_copy_take(tfd_conn *c, Tenferro__Frame *frame) {
     }
     pthread_attr_destroy(&attr);
     c->takes++;
+    c->take = job;
     tfd_conn_pause(c);
+}
+
+void tfd_peer_take_cancel(tfd_conn *c) {
+    if (c->take) atomic_store(&c->take->cancel, 1);
 }

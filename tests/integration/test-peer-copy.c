@@ -595,6 +595,68 @@ START_TEST(test_destination_killed_mid_copy) {
 }
 END_TEST
 
+/* In a child: asks B for a copy from `arg` (a listener that never answers), then waits to be killed. */
+static int stalled_taker(void *arg) {
+    const char **paths = arg; /* B's socket, the silent listener's */
+    th_daemon b = {0};
+    snprintf(b.socket, sizeof b.socket, "%s", paths[0]);
+    int fd = th_raw_connect(&b);
+    CHILD_CHECK(fd >= 0);
+    Tenferro__Frame *hello = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
+    CHILD_CHECK(hello != NULL);
+    tf__frame_free(hello);
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__CopyTake take = TENFERRO__COPY_TAKE__INIT;
+    int64_t n = 1000;
+    take.token = "0123456789abcdef0123456789abcdef";
+    take.source_socket = (char *)paths[1];
+    take.tensor = 1;
+    take.dtype = TF_F64;
+    take.n_shape = 1;
+    take.shape = &n;
+    f.seq = 2;
+    f.body_case = TENFERRO__FRAME__BODY_COPY_TAKE;
+    f.copy_take = &take;
+    CHILD_CHECK(th_raw_send(fd, &f) == 0);
+    for (;;) pause();
+}
+
+/*
+ * A client that leaves while its daemon waits for a source daemon that never
+ * answers: the daemon gives the fetch up at once, so it frees the connection
+ * and still stops promptly at SIGTERM (not after [peers] copy_timeout_ms).
+ */
+START_TEST(test_taker_leaves_mid_fetch) {
+    th_daemon b;
+    CK_DAEMON_START(&b, "--log-level", "info");
+    char silent[100];
+    snprintf(silent, sizeof silent, "%.90s.silent", b.socket);
+    int ls = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", silent);
+    ck_assert(ls >= 0 && bind(ls, (struct sockaddr *)&addr, sizeof addr) == 0 && listen(ls, 4) == 0);
+    const char *paths[2] = {b.socket, silent};
+    pid_t taker = th_spawn(stalled_taker, paths);
+    /* The take has made its tensor and waits for the silent listener. */
+    int made = 0;
+    for (int i = 0; i < 500 && !made; i++) {
+        made = th_counter(&b, "device_bytes_live") >= 8000;
+        if (!made) sleep_ms(10);
+    }
+    ck_assert_msg(made, "the take never made its tensor");
+    kill(taker, SIGKILL);
+    th_wait(taker);
+    ck_assert_msg(th_wait_counter(&b, "device_bytes_live", 0, 5000), "the take kept memory");
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CK_DAEMON_STOP(&b);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ck_assert_int_lt(t1.tv_sec - t0.tv_sec, 5);
+    close(ls);
+    unlink(silent);
+}
+END_TEST
+
 static Suite *peer_copy_suite(void) {
     Suite *s = suite_create("peer-copy");
     TCase *tc = tcase_create("peer-copy");
@@ -605,6 +667,7 @@ static Suite *peer_copy_suite(void) {
     tcase_add_test(tc, test_copy_hostile);
     tcase_add_test(tc, test_source_killed_mid_copy);
     tcase_add_test(tc, test_destination_killed_mid_copy);
+    tcase_add_test(tc, test_taker_leaves_mid_fetch);
     suite_add_tcase(s, tc);
     return s;
 }
