@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "daemon/batch.h"
 #include "daemon/conn.h"
@@ -191,6 +192,14 @@ static tf_status start(tfd_conn *c, const Tenferro__CopyTake *req, take_job *job
     if (!req->source_socket || req->source_socket[0] != '/' ||
         strlen(req->source_socket) >= sizeof job->source_socket) {
         snprintf(msg, len, "a copy take needs the source daemon's socket as an absolute path");
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    /* Both clients on this daemon: nothing to fetch from another one. */
+    struct stat own, source;
+    if (stat(srv->opt.socket_path, &own) == 0 && stat(req->source_socket, &source) == 0 &&
+        own.st_dev == source.st_dev && own.st_ino == source.st_ino) {
+        snprintf(msg, len, "both clients are connected to this daemon: a copy between daemons needs "
+                           "two (copy within one daemon with an operation)");
         return TF_ERR_INVALID_ARGUMENT;
     }
     tfd_tensor *rec = &job->made;

@@ -102,9 +102,20 @@ START_TEST(test_copy_exact) {
     ck_assert_uint_eq(th_counter(&b, "peer_copies_in"), (uint64_t)copies);
     ck_assert_msg(th_wait_counter(&a, "device_bytes_live", 0, 5000), "the source daemon kept memory");
     ck_assert_msg(th_wait_counter(&b, "device_bytes_live", 0, 5000), "the destination kept memory");
-    /* Copying within one connection is refused; so is a tensor the client does not have. */
+    /* Copying within one connection or one daemon is refused; so is a tensor the client lacks. */
     tf_tensor none = 0;
     ck_assert_int_eq(tf_copy_to(ca, 1, ca, &none), TF_ERR_INVALID_ARGUMENT);
+    tf_client *ca2 = th_connect(&a);
+    void *host;
+    const int64_t four = 4;
+    tf_tensor small = upload_random(ca, TF_F64, 1, &four, &host);
+    CK_STATUS(ca2, tf_copy_to(ca, small, ca2, &none), TF_ERR_INVALID_ARGUMENT);
+    ck_assert_msg(strstr(tf_client_last_error(ca2), "connected to this daemon") != NULL, "%s",
+                  tf_client_last_error(ca2));
+    expect_bytes(ca, small, host, 4 * sizeof(double)); /* the offer was withdrawn: still readable */
+    CK_STATUS(ca, tf_tensor_free(ca, small), TF_OK);
+    free(host);
+    tf_disconnect(ca2);
     ck_assert_int_eq(tf_copy_to(ca, 999999, cb, &none), TF_ERR_UNKNOWN_HANDLE);
     tf_disconnect(ca);
     tf_disconnect(cb);
