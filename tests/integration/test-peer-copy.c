@@ -124,18 +124,24 @@ START_TEST(test_copy_exact) {
 }
 END_TEST
 
-/* The chain a held session queues: x = x + y, `steps` times. */
+/*
+ * The chain a held session queues: x = op(x, y), `steps` times (an add or a
+ * matmul); the intermediates go as the chain runs (queued frees), so memory
+ * stays bounded.
+ */
 typedef struct chain {
     tf_tensor x, y;
     int steps;
+    tf_status (*op)(tf_view *v, tf_tensor a, tf_tensor b, tf_tensor *out);
 } chain;
 
-static tf_status add_chain(tf_view *v, void *arg) {
+static tf_status run_chain(tf_view *v, void *arg) {
     chain *ch = arg;
     for (int i = 0; i < ch->steps; i++) {
         tf_tensor next;
-        tf_status st = tf_view_add(v, ch->x, ch->y, &next);
+        tf_status st = ch->op(v, ch->x, ch->y, &next);
         if (st != TF_OK) return st;
+        if (i > 0 && (st = tf_tensor_free(tf_view_client(v), ch->x)) != TF_OK) return st;
         ch->x = next;
     }
     return TF_OK;
@@ -149,7 +155,7 @@ START_TEST(test_copy_after_producer) {
     tf_client *ca = th_connect(&a), *cb = th_connect(&b);
     const int64_t n = 1 << 18;
     void *x0, *y;
-    chain ch = {.steps = 200};
+    chain ch = {.steps = 200, .op = tf_view_add};
     ch.x = upload_random(ca, TF_F64, 1, &n, &x0);
     ch.y = upload_random(ca, TF_F64, 1, &n, &y);
     double *want = malloc((size_t)n * sizeof *want);
@@ -158,7 +164,7 @@ START_TEST(test_copy_after_producer) {
         for (int64_t i = 0; i < n; i++) want[i] += ((double *)y)[i];
     tf_session *s;
     CK_STATUS(ca, tf_session_open(ca, &s), TF_OK);
-    CK_STATUS(ca, tf_session_with(s, add_chain, &ch), TF_OK);
+    CK_STATUS(ca, tf_session_with(s, run_chain, &ch), TF_OK);
     CK_STATUS(ca, tf_session_submit(s), TF_OK);
     tf_tensor dst;
     CK_STATUS(cb, tf_copy_to(ca, ch.x, cb, &dst), TF_OK);
@@ -487,25 +493,6 @@ START_TEST(test_copy_hostile) {
 }
 END_TEST
 
-/* Matmuls the held session queues: x = x * m, `steps` times (m scaled near the identity). */
-typedef struct product_chain {
-    tf_tensor x, m;
-    int steps;
-} product_chain;
-
-static tf_status matmul_chain(tf_view *v, void *arg) {
-    product_chain *ch = arg;
-    for (int i = 0; i < ch->steps; i++) {
-        tf_tensor next;
-        tf_status st = tf_view_matmul(v, ch->x, ch->m, &next);
-        if (st != TF_OK) return st;
-        /* Intermediates go as the chain runs (queued frees), so memory stays bounded. */
-        if (i > 0 && (st = tf_tensor_free(tf_view_client(v), ch->x)) != TF_OK) return st;
-        ch->x = next;
-    }
-    return TF_OK;
-}
-
 /*
  * Queues a held chain of matmuls on ca that runs for seconds on the suite's
  * device; returns its result (submitted, not synchronized).
@@ -514,13 +501,13 @@ static tf_tensor queue_long_work(tf_client *ca, tf_session **s) {
     const int gpu = strncmp(th_device(), "cuda", 4) == 0;
     const int64_t shape[2] = {gpu ? 8192 : 1024, gpu ? 8192 : 1024};
     void *x, *m;
-    product_chain ch = {.steps = gpu ? 120 : 80};
+    chain ch = {.steps = gpu ? 120 : 80, .op = tf_view_matmul};
     ch.x = upload_random(ca, TF_F64, 2, shape, &x);
-    ch.m = upload_random(ca, TF_F64, 2, shape, &m);
+    ch.y = upload_random(ca, TF_F64, 2, shape, &m);
     free(x);
     free(m);
     CK_STATUS(ca, tf_session_open(ca, s), TF_OK);
-    CK_STATUS(ca, tf_session_with(*s, matmul_chain, &ch), TF_OK);
+    CK_STATUS(ca, tf_session_with(*s, run_chain, &ch), TF_OK);
     CK_STATUS(ca, tf_session_submit(*s), TF_OK);
     return ch.x;
 }
