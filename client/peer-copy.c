@@ -76,7 +76,7 @@ tf_status tf_copy_to(tf_client *from, tf_tensor source, tf_client *to, tf_tensor
     if (st != TF_OK) return st;
     tf__handle *h = NULL;
     if ((st = tf__lookup(from, source, &h)) != TF_OK) return st;
-    tf__handle made = {.id = to->next_tensor_id + 1, .meta = h->meta};
+    tf__handle made = {.meta = h->meta};
     char token[64];
     if ((st = offer(from, source, token, sizeof token)) != TF_OK) return st;
     /* The destination's queued work goes first, as for any request of `to`. */
@@ -84,7 +84,7 @@ tf_status tf_copy_to(tf_client *from, tf_tensor source, tf_client *to, tf_tensor
         withdraw(from, token);
         return st;
     }
-    to->next_tensor_id++;
+    made.id = ++to->next_tensor_id;
     st = take(to, token, from->socket_path, made.id, &made.meta);
     if (st != TF_OK) {
         withdraw(from, token);

@@ -60,6 +60,15 @@ tf_status tfd_tensor_create(tfd_conn *c, tfd_tensor *rec, char *msg, size_t len)
     return TF_OK;
 }
 
+tf_status tfd_tensor_drop(tfd_conn *c, const tfd_tensor *t) {
+    const uint64_t id = t->id;
+    tf_status st = tfd_free_tensor_storage(c, t);
+    if (st != TF_OK) return st;
+    tfd_tensor_table_remove(&c->tensors, id, NULL);
+    c->srv->counters.tensors_freed++;
+    return TF_OK;
+}
+
 tf_status tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec) {
     /* Nothing queued or running can read it: freed here, sparing a worker's wake-up. */
     if (tfd_stream_free_if_idle(c->stream, rec->data, rec->bytes)) return TF_OK;

@@ -78,6 +78,12 @@ tfd_tensor *tfd_usable_tensor(tfd_conn *c, uint64_t id, const char *what, const 
 tf_status tfd_free_tensor_storage(tfd_conn *c, const tfd_tensor *rec);
 
 /*
+ * Frees tensor t of c (tfd_free_tensor_storage), then removes it from the
+ * table and counts it freed; TF_ERR_NO_MEMORY leaves it in the table.
+ */
+tf_status tfd_tensor_drop(tfd_conn *c, const tfd_tensor *t);
+
+/*
  * Makes tensor rec (id, meta and bytes set) on c: checks the quotas, takes
  * its memory on c's stream and records it in c's table. On failure nothing
  * is kept and msg says why.

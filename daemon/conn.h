@@ -85,14 +85,14 @@ struct tfd_conn {
      * Device-to-device copies between daemons (peer-offer.c, peer-take.c):
      * this connection is another daemon's, fetching offers (peer_daemon);
      * offers of this connection being fetched or lent (lent; while any is,
-     * a closing connection keeps its tensors: teardown_deferred); takes of
-     * this connection waiting for the other daemon (takes).
+     * a closing connection keeps its tensors: teardown_deferred); the take
+     * of this connection in progress (take: at most one, as the connection
+     * is paused meanwhile; a closing connection is kept until it ends).
      */
     int peer_daemon;
     uint32_t lent;
     int teardown_deferred;
-    uint32_t takes;
-    struct take_job *take; /* the take waiting for the other daemon (the connection is paused) */
+    struct take_job *take;
 
     /* Replies held back behind one that carries a file descriptor (connection.c). */
     struct tfd_held_frame *held_head, *held_tail;

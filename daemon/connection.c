@@ -331,7 +331,7 @@ static void free_left(tfd_tensor *rec, void *arg) {
 /* Unlinks and frees the connection once nothing can refer to it any more. */
 void tfd_conn_maybe_free(tfd_conn *c) {
     if (!c->pipe_closed || !c->stream_drained || c->transfers_in_flight || c->buffer_creations ||
-        c->decodes || c->later_fn || c->takes)
+        c->decodes || c->later_fn || c->take)
         return;
     tfd_server *srv = c->srv;
     if (c->prev)
@@ -432,12 +432,21 @@ static void free_tensors(tfd_conn *c) {
     tfd_stream_enqueue(c->stream, it, it, 1);
 }
 
+/*
+ * A closing connection's stream: every tensor freed after the work queued,
+ * then the final marker; without memory for that marker the stream counts as
+ * drained now.
+ */
+static void drain_stream(tfd_conn *c) {
+    free_tensors(c);
+    if (tfd_conn_enqueue_marker(c, on_final_marker, c) != TF_OK) c->stream_drained = 1;
+}
+
 void tfd_conn_lend_over(tfd_conn *c) {
     if (c->lent || !c->teardown_deferred) return;
     c->teardown_deferred = 0;
-    free_tensors(c);
-    if (tfd_conn_enqueue_marker(c, on_final_marker, c) != TF_OK) {
-        c->stream_drained = 1;
+    drain_stream(c);
+    if (c->stream_drained) {
         reclaim_session(c);
         tfd_conn_maybe_free(c);
     }
@@ -464,8 +473,7 @@ void tfd_conn_close(tfd_conn *c) {
     if (c->stream && c->lent) {
         c->teardown_deferred = 1; /* another daemon copies one of its tensors: they stay */
     } else if (c->stream) {
-        free_tensors(c);
-        if (tfd_conn_enqueue_marker(c, on_final_marker, c) != TF_OK) c->stream_drained = 1;
+        drain_stream(c);
     } else {
         c->stream_drained = 1;
     }

@@ -27,15 +27,11 @@ void tfd_handle_free(tfd_conn *c, Tenferro__Frame *frame) {
                     (unsigned long long)c->client_id, (unsigned long long)fr->tensors[i]);
             continue;
         }
-        if (tfd_free_tensor_storage(c, t) != TF_OK) {
+        if (tfd_tensor_drop(c, t) != TF_OK)
             tfd_log(TFD_LOG_ERROR,
                     "client %llu: out of memory freeing tensor %llu: kept until the connection "
                     "closes",
                     (unsigned long long)c->client_id, (unsigned long long)fr->tensors[i]);
-            continue;
-        }
-        tfd_tensor_table_remove(&c->tensors, fr->tensors[i], NULL);
-        c->srv->counters.tensors_freed++;
     }
     tf__frame_free(frame);
 }

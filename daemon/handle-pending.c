@@ -152,10 +152,7 @@ static void free_released(tfd_conn *c, const tfd_transfer *tr) {
     if (b && !b->in_flight) tfd_conn_buffer_drop(c, tr->buffer);
     tfd_tensor *t = tfd_tensor_table_find(&c->tensors, tr->tensor);
     /* Without memory for its free the tensor stays until the connection goes. */
-    if (t && !t->in_flight && tfd_free_tensor_storage(c, t) == TF_OK) {
-        tfd_tensor_table_remove(&c->tensors, tr->tensor, NULL);
-        c->srv->counters.tensors_freed++;
-    }
+    if (t && !t->in_flight) (void)tfd_tensor_drop(c, t);
 }
 
 /*

@@ -173,8 +173,9 @@ void tfd_handle_copy_offer(tfd_conn *c, Tenferro__Frame *frame) {
     }
     tfd_offer *o = calloc(1, sizeof *o);
     if (!o || new_token(o->token) != 0 || uv_timer_init(srv->loop, &o->timer) != 0) {
+        const tf_status made = o ? TF_ERR_IO : TF_ERR_NO_MEMORY;
         free(o);
-        reply_offer(c, seq, o ? TF_ERR_IO : TF_ERR_NO_MEMORY, "cannot make an offer token", NULL);
+        reply_offer(c, seq, made, "cannot make an offer token", NULL);
         return;
     }
     o->srv = srv;

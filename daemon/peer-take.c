@@ -12,7 +12,7 @@
  * marker behind it answers the client. Closing the link to the other daemon
  * is what gives its tensor back, so that happens only once the copy is over.
  * Any failure frees the new tensor and answers typed; a connection that
- * closes meanwhile is kept (c->takes) until the thread has reported.
+ * closes meanwhile is kept (c->take) until the thread has reported.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -33,8 +33,8 @@
 typedef struct take_job {
     uv_async_t async; /* first: its close callback frees the job */
     tfd_conn *conn;
-    uint64_t seq, tensor;
-    tfd_tensor made; /* the new tensor's record as created */
+    uint64_t seq;
+    tfd_tensor made; /* the new tensor's record as created (made.id: its handle) */
     char token[65];
     char source_socket[108];
     uint32_t requester_uid;
@@ -60,9 +60,7 @@ static void drop_tensor(tfd_conn *c, uint64_t id) {
     tfd_tensor *t = tfd_tensor_table_find(&c->tensors, id);
     if (!t) return;
     t->in_flight = 0;
-    if (tfd_free_tensor_storage(c, t) != TF_OK) return; /* kept: it goes with the connection */
-    tfd_tensor_table_remove(&c->tensors, id, NULL);
-    c->srv->counters.tensors_freed++;
+    (void)tfd_tensor_drop(c, t); /* without memory for its free it goes with the connection */
 }
 
 /* Ends a take: answers the client (unless it left), lets the other daemon's tensor go, frees the job. */
@@ -72,7 +70,7 @@ static void finish(take_job *job, tf_status st, const char *fmt, ...) {
     tfd_peer_fetched_close(&job->fetched);
     if (!c->closing) {
         if (st == TF_OK) {
-            tfd_tensor *t = tfd_tensor_table_find(&c->tensors, job->tensor);
+            tfd_tensor *t = tfd_tensor_table_find(&c->tensors, job->made.id);
             if (t) {
                 t->in_flight = 0;
                 t->written = t->bytes;
@@ -85,7 +83,7 @@ static void finish(take_job *job, tf_status st, const char *fmt, ...) {
             va_start(ap, fmt);
             vsnprintf(msg, sizeof msg, fmt, ap);
             va_end(ap);
-            drop_tensor(c, job->tensor);
+            drop_tensor(c, job->made.id);
             c->srv->counters.peer_copies_failed++;
             tfd_log(TFD_LOG_INFO, "client %llu: copy from another daemon failed: %s",
                     (unsigned long long)c->client_id, msg);
@@ -93,7 +91,6 @@ static void finish(take_job *job, tf_status st, const char *fmt, ...) {
         }
         tfd_conn_resume(c);
     }
-    c->takes--;
     c->take = NULL;
     uv_close((uv_handle_t *)&job->async, (uv_close_cb)free);
     tfd_conn_maybe_free(c);
@@ -162,8 +159,7 @@ static void on_fetched(uv_async_t *h) {
         return;
     }
     if (job->fetched.status != TF_OK) {
-        finish(job, job->fetched.status == TF_ERR_PERMISSION ? TF_ERR_PERMISSION : job->fetched.status,
-               "%s", job->fetched.message);
+        finish(job, job->fetched.status, "%s", job->fetched.message);
         return;
     }
     char msg[256];
@@ -211,7 +207,6 @@ static tf_status start(tfd_conn *c, const Tenferro__CopyTake *req, take_job *job
     snprintf(job->token, sizeof job->token, "%s", req->token);
     snprintf(job->source_socket, sizeof job->source_socket, "%s", req->source_socket);
     job->conn = c;
-    job->tensor = req->tensor;
     job->requester_uid = (uint32_t)c->uid;
     job->deadline_ms = tfd_now_ms() + srv->opt.peers_copy_timeout_ms;
     return TF_OK;
@@ -233,32 +228,29 @@ void tfd_handle_copy_take(tfd_conn *c, Tenferro__Frame *frame) {
     job->client_fd = uv_fileno((uv_handle_t *)&c->pipe, &client_fd) == 0 ? client_fd : -1;
     job->fetched.sock = -1;
     job->fetched.mem.fd = -1;
-    pthread_attr_t attr;
-    pthread_t thread;
-    int made = uv_async_init(c->srv->loop, &job->async, on_fetched) == 0;
-    if (made && (pthread_attr_init(&attr) != 0 ||
-                 pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0 ||
-                 pthread_create(&thread, &attr, fetch_thread, job) != 0)) {
-        /* No thread: the take ends here, through the loop like any other. */
-        c->takes++;
-        c->take = job;
-        tfd_conn_pause(c);
-        job->fetched.status = TF_ERR_NO_MEMORY;
-        snprintf(job->fetched.message, sizeof job->fetched.message,
-                 "cannot start a thread for the copy");
-        uv_async_send(&job->async);
-        return;
-    }
-    if (!made) {
-        drop_tensor(c, job->tensor);
+    if (uv_async_init(c->srv->loop, &job->async, on_fetched) != 0) {
+        drop_tensor(c, job->made.id);
         free(job);
         tfd_conn_reply(c, seq, TF_ERR_NO_MEMORY, "cannot set up the copy");
         return;
     }
-    pthread_attr_destroy(&attr);
-    c->takes++;
     c->take = job;
     tfd_conn_pause(c);
+    pthread_attr_t attr;
+    pthread_t thread;
+    int started = pthread_attr_init(&attr) == 0;
+    if (started) {
+        started = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+                  pthread_create(&thread, &attr, fetch_thread, job) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (!started) {
+        /* No thread: the take ends here, through the loop like any other. */
+        job->fetched.status = TF_ERR_NO_MEMORY;
+        snprintf(job->fetched.message, sizeof job->fetched.message,
+                 "cannot start a thread for the copy");
+        uv_async_send(&job->async);
+    }
 }
 
 void tfd_peer_take_cancel(tfd_conn *c) {

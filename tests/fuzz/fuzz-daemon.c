@@ -349,7 +349,7 @@ static int quiet(void) {
     for (tfd_conn *c = server.conns; c; c = c->next) {
         if (c->closing) return 0; /* on its way out, and freed once that is done */
         if (c->stream && tfd_stream_queued(c->stream)) return 0;
-        if (c->held_head || c->transfers_in_flight || c->buffer_creations || c->takes) return 0;
+        if (c->held_head || c->transfers_in_flight || c->buffer_creations || c->take) return 0;
     }
     return 1;
 }
