@@ -524,26 +524,41 @@ static int killer(void *arg) {
     return 0;
 }
 
+/*
+ * Starts daemons a and b, queues long work on a client of a and copies its
+ * result to a client of b while b (kill_b) or a is killed 300 ms in;
+ * returns the copy's status once the killed daemon is reaped.
+ */
+static tf_status copy_while_killing(th_daemon *a, th_daemon *b, int kill_b, tf_client **ca,
+                                    tf_client **cb, tf_session **s, tf_tensor *t) {
+    const th_daemon *victim = kill_b ? b : a;
+    CK_DAEMON_START(a, "--log-level", "info");
+    CK_DAEMON_START(b, "--log-level", "info");
+    *ca = th_connect(a);
+    *cb = th_connect(b);
+    *t = queue_long_work(*ca, s);
+    kill_args k = {victim, 300};
+    pid_t kp = th_spawn(killer, &k);
+    tf_tensor dst = 0;
+    tf_status st = tf_copy_to(*ca, *t, *cb, &dst);
+    ck_assert_int_eq(th_wait(kp), 0);
+    waitpid(victim->pid, NULL, 0);
+    return st;
+}
+
 /* The source daemon killed while the copy waits behind its work: TF_ERR_PEER, nothing left on B. */
 START_TEST(test_source_killed_mid_copy) {
     th_daemon a, b;
-    CK_DAEMON_START(&a, "--log-level", "info");
-    CK_DAEMON_START(&b, "--log-level", "info");
-    tf_client *ca = th_connect(&a), *cb = th_connect(&b);
+    tf_client *ca, *cb;
     tf_session *s;
-    tf_tensor t = queue_long_work(ca, &s);
-    kill_args k = {&a, 300};
-    pid_t kp = th_spawn(killer, &k);
-    tf_tensor dst = 0;
-    tf_status st = tf_copy_to(ca, t, cb, &dst);
+    tf_tensor t;
+    tf_status st = copy_while_killing(&a, &b, 0, &ca, &cb, &s, &t);
     ck_assert_msg(st == TF_ERR_PEER || st == TF_ERR_DISCONNECTED,
                   "copy from a killed daemon returned %s: %s", tf_status_name(st),
                   tf_client_last_error(cb));
-    ck_assert_int_eq(th_wait(kp), 0);
     if (st == TF_ERR_PEER)
         ck_assert_msg(strstr(tf_client_last_error(cb), "closed the connection") != NULL, "%s",
                       tf_client_last_error(cb));
-    waitpid(a.pid, NULL, 0);
     ck_assert_msg(th_wait_counter(&b, "device_bytes_live", 0, 5000), "the failed take kept memory");
     ck_assert_uint_eq(th_counter(&b, "peer_copies_failed"), st == TF_ERR_PEER ? 1 : 0);
     /* B serves on: the same client uploads and reads back. */
@@ -566,19 +581,12 @@ END_TEST
 /* The destination daemon killed mid-copy: the client hears TF_ERR_DISCONNECTED, the source is free. */
 START_TEST(test_destination_killed_mid_copy) {
     th_daemon a, b;
-    CK_DAEMON_START(&a, "--log-level", "info");
-    CK_DAEMON_START(&b, "--log-level", "info");
-    tf_client *ca = th_connect(&a), *cb = th_connect(&b);
+    tf_client *ca, *cb;
     tf_session *s;
-    tf_tensor t = queue_long_work(ca, &s);
-    kill_args k = {&b, 300};
-    pid_t kp = th_spawn(killer, &k);
-    tf_tensor dst = 0;
-    tf_status st = tf_copy_to(ca, t, cb, &dst);
+    tf_tensor t;
+    tf_status st = copy_while_killing(&a, &b, 1, &ca, &cb, &s, &t);
     ck_assert_msg(st == TF_ERR_DISCONNECTED, "copy into a killed daemon returned %s: %s",
                   tf_status_name(st), tf_client_last_error(cb));
-    ck_assert_int_eq(th_wait(kp), 0);
-    waitpid(b.pid, NULL, 0);
     /* The offer came back: the result is the owner's to read and free. */
     CK_STATUS(ca, tf_session_synchronize(s), TF_OK);
     CK_STATUS(ca, tf_session_close(s, NULL), TF_OK);
