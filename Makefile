@@ -369,7 +369,7 @@ $(BUILD)/pybench/%: $(call obj,python/bench/%.c) $(BUILD)/libtenferro-client.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_SYS)
 
 # ---- fuzz targets (FUZZ=1; tests/fuzz/, docs/fuzzing.md) ----
-FUZZ_NAMES := frame mailbox config einsum graph
+FUZZ_NAMES := frame mailbox ring config einsum graph
 FUZZ_BINS := $(FUZZ_NAMES:%=$(BUILD)/fuzz/fuzz-%)
 FUZZ_HARNESS := $(call obj,tests/fuzz/fuzz-daemon.c)
 

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "client/internal.h"
+#include "common/daemon-socket.h"
 #include "common/spin.h"
 
 extern char *program_invocation_short_name;
@@ -261,6 +262,15 @@ tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply) {
     return TF_OK;
 }
 
+tf_status tf__send_mapped(tf_client *c, uint64_t buffer) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Mapped body = TENFERRO__MAPPED__INIT;
+    body.buffer = buffer;
+    f.body_case = TENFERRO__FRAME__BODY_MAPPED;
+    f.mapped = &body;
+    return tf__send(c, &f);
+}
+
 tf_status tf__call(tf_client *c, Tenferro__Frame *request, Tenferro__Frame **reply) {
     if (tf__ring_carries(c, request)) return tf__ring_call(c, request, reply);
     tf_status st = tf__send(c, request);
@@ -315,13 +325,10 @@ const char *tf__runtime_dir(void) {
 }
 
 int tf__device_socket(const char *device, char *buf, size_t len) {
-    const char *n = strncmp(device, "cuda:", 5) == 0 ? device + 5 : device;
-    if (strcmp(device, "cpu") == 0) {
-        snprintf(buf, len, "%s/tenferrod-cpu.sock", tf__runtime_dir());
-        return 0;
-    }
-    if (!n[0] || strlen(n) > 4 || strspn(n, "0123456789") != strlen(n)) return -1;
-    snprintf(buf, len, "%s/tenferrod-%d.sock", tf__runtime_dir(), atoi(n));
+    /* The name rule is common/daemon-socket.c's: a daemon resolves a copy take's source by it too. */
+    char name[64];
+    if (tf__device_socket_name(device, name, sizeof name) != 0) return -1;
+    snprintf(buf, len, "%s/%s", tf__runtime_dir(), name);
     return 0;
 }
 
@@ -413,7 +420,10 @@ static tf_status handshake(tf_client *c) {
     tf__frame_free(reply);
     /* Without a completion page the client works, but pending transfers are TF_ERR_UNSUPPORTED. */
     int fd = layout.slots > 0 ? tf__take_fd(c) : -1;
-    if (fd >= 0) tf__completion_map(c, &layout, fd);
+    if (fd >= 0 && tf__completion_map(c, &layout, fd) == TF_OK) {
+        tf_status st = tf__send_mapped(c, 0);
+        if (st != TF_OK) return st;
+    }
     return tf__ok(c);
 }
 

@@ -77,6 +77,15 @@ static void copy_clients(report *r, const Tenferro__StatusReply *s) {
             .priority = ci->priority,
             .pinned_bytes = ci->pinned_bytes,
             .receive_buffer_bytes = ci->receive_buffer_bytes,
+            .charged_uid = ci->charged_uid,
+            .takes = ci->takes,
+            .reply_bytes = ci->reply_bytes,
+            .decode_bytes = ci->decode_bytes,
+            .pinned_buffers = ci->pinned_buffers,
+            .mappings = ci->mappings,
+            .descriptors = ci->descriptors,
+            .prepared = ci->prepared,
+            .queued_requests = ci->queued_requests,
         };
     }
     r->pub.clients = out;

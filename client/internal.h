@@ -176,6 +176,11 @@ tf_status tf__ok(tf_client *c);
 tf_status tf__call(tf_client *c, Tenferro__Frame *request, Tenferro__Frame **reply);
 /* Sends a frame that has no reply. */
 tf_status tf__send(tf_client *c, Tenferro__Frame *frame);
+/*
+ * Tells the daemon the memfd of pinned buffer `buffer` (0: the completion
+ * page) is mapped here and will be mapped no more, so it seals it; no reply.
+ */
+tf_status tf__send_mapped(tf_client *c, uint64_t buffer);
 /* Reads the reply to `seq`. */
 tf_status tf__recv(tf_client *c, uint64_t seq, Tenferro__Frame **reply);
 /* Maps a Result to a status, copying its message into last_error. */

@@ -101,6 +101,8 @@ tf_status tf__buffer_create(tf_client *c, size_t bytes, tf_pinned_buffer **out) 
                      : tf__fail(c, TF_ERR_PROTOCOL,
                                 "the daemon created pinned buffer %llu without passing its memory",
                                 (unsigned long long)b->id);
+        /* Mapped once and for all: the daemon may seal it and pin its pages. */
+        if (st == TF_OK) st = tf__send_mapped(c, b->id);
         if (st != TF_OK && !c->broken) {
             saved_error why;
             save_error(c, &why);

@@ -47,8 +47,7 @@ void tf__ring_attach(tf_client *c, uint8_t *mapping, size_t mapped, uint32_t off
 int tf__ring_carries(const tf_client *c, const Tenferro__Frame *frame) {
     return c->ring && !c->broken &&
            (frame->body_case == TENFERRO__FRAME__BODY_SUBMIT ||
-            frame->body_case == TENFERRO__FRAME__BODY_SESSION_OPEN ||
-            frame->body_case == TENFERRO__FRAME__BODY_SESSION_RELEASE);
+            frame->body_case == TENFERRO__FRAME__BODY_SESSION_OPEN);
 }
 
 /* Writes frame (its sequence number assigned) as the next request entry; 0, or -1 when it does not fit. */

@@ -75,8 +75,9 @@ void tfctl_print_status_text(FILE *out, const tf_daemon_status *s) {
     print_quota(out, "per uid:", &s->uid_quota);
 
     fprintf(out, "\nclients (%zu):\n", s->n_clients);
-    fprintf(out, "  %-6s %-8s %-6s %-20s %8s %12s %8s %s\n", "id", "pid", "uid", "name", "tensors",
-            "bytes", "queued", "session");
+    fprintf(out, "  %-6s %-8s %-6s %-7s %-20s %8s %12s %8s %7s %5s %4s %5s %12s %12s %s\n", "id",
+            "pid", "uid", "charged", "name", "tensors", "bytes", "queued", "buffers", "maps", "fds",
+            "takes", "replies", "decoding", "session");
     for (size_t i = 0; i < s->n_clients; i++) {
         const tf_client_info *ci = &s->clients[i];
         char session[32] = "-";
@@ -84,10 +85,13 @@ void tfctl_print_status_text(FILE *out, const tf_daemon_status *s) {
             snprintf(session, sizeof session, "held %" PRIu64, ci->session_id);
         else if (ci->scoped_active)
             snprintf(session, sizeof session, "scoped");
-        fprintf(out, "  %-6" PRIu64 " %-8d %-6u %-20s %8" PRIu64 " %12" PRIu64 " %8" PRIu64 " %s\n",
-                ci->client_id, ci->pid, ci->uid, shown(ci->name, safe, sizeof safe), ci->live_tensors,
-                ci->live_bytes,
-                ci->queued_items, session);
+        fprintf(out,
+                "  %-6" PRIu64 " %-8d %-6u %-7u %-20s %8" PRIu64 " %12" PRIu64 " %8" PRIu64
+                " %7" PRIu64 " %5" PRIu64 " %4" PRIu64 " %5u %12" PRIu64 " %12" PRIu64 " %s\n",
+                ci->client_id, ci->pid, ci->uid, ci->charged_uid, shown(ci->name, safe, sizeof safe),
+                ci->live_tensors, ci->live_bytes, ci->queued_items, ci->pinned_buffers,
+                ci->mappings, ci->descriptors, ci->takes, ci->reply_bytes, ci->decode_bytes,
+                session);
     }
 
     fprintf(out, "\nreservations:\n");
@@ -202,15 +206,19 @@ static void json_quota(FILE *out, const tf_quota_limits *q) {
 
 /* Writes one client; "session" is null, {"kind":"held","id":N} or {"kind":"scoped"}. */
 static void json_client(FILE *out, const tf_client_info *ci) {
-    fprintf(out, "{\"id\":%" PRIu64 ",\"pid\":%d,\"uid\":%u,\"gid\":%u,\"name\":", ci->client_id,
-            ci->pid, ci->uid, ci->gid);
+    fprintf(out,
+            "{\"id\":%" PRIu64 ",\"pid\":%d,\"uid\":%u,\"gid\":%u,\"charged_uid\":%u,\"name\":",
+            ci->client_id, ci->pid, ci->uid, ci->gid, ci->charged_uid);
     json_string(out, ci->name);
     fprintf(out,
             ",\"live_tensors\":%" PRIu64 ",\"live_bytes\":%" PRIu64 ",\"pinned_bytes\":%" PRIu64
             ",\"receive_buffer_bytes\":%" PRIu64 ",\"queued_items\":%" PRIu64
-            ",\"priority\":%d,\"session\":",
+            ",\"priority\":%d,\"takes\":%u,\"reply_bytes\":%" PRIu64 ",\"decode_bytes\":%" PRIu64
+            ",\"pinned_buffers\":%" PRIu64 ",\"mappings\":%" PRIu64 ",\"descriptors\":%" PRIu64
+            ",\"prepared\":%" PRIu64 ",\"queued_requests\":%u,\"session\":",
             ci->live_tensors, ci->live_bytes, ci->pinned_bytes, ci->receive_buffer_bytes,
-            ci->queued_items, ci->priority);
+            ci->queued_items, ci->priority, ci->takes, ci->reply_bytes, ci->decode_bytes,
+            ci->pinned_buffers, ci->mappings, ci->descriptors, ci->prepared, ci->queued_requests);
     if (ci->session_id)
         fprintf(out, "{\"kind\":\"held\",\"id\":%" PRIu64 "}}", ci->session_id);
     else
@@ -429,7 +437,16 @@ enum {
     CLIENT_LIVE_TENSORS,
     CLIENT_PINNED_BYTES,
     CLIENT_RECEIVE_BUFFER_BYTES,
-    CLIENT_QUEUED_ITEMS
+    CLIENT_QUEUED_ITEMS,
+    CLIENT_TAKES,
+    CLIENT_CHARGED_UID,
+    CLIENT_REPLY_BYTES,
+    CLIENT_DECODE_BYTES,
+    CLIENT_PINNED_BUFFERS,
+    CLIENT_MAPPINGS,
+    CLIENT_DESCRIPTORS,
+    CLIENT_PREPARED,
+    CLIENT_QUEUED_REQUESTS
 };
 static const struct {
     const char *name, *help;
@@ -440,6 +457,22 @@ static const struct {
     [CLIENT_RECEIVE_BUFFER_BYTES] = {"client_receive_buffer_bytes",
                                      "Bytes buffered for a client's unfinished frames."},
     [CLIENT_QUEUED_ITEMS] = {"client_queued_items", "Stream items of a client not yet executed."},
+    [CLIENT_TAKES] = {"client_takes", "Copies from another daemon a client has in progress."},
+    [CLIENT_CHARGED_UID] = {"client_charged_uid",
+                            "The uid max_clients_per_uid counts a connection for (another "
+                            "daemon's: the uid of the client that asked for the copy)."},
+    [CLIENT_REPLY_BYTES] = {"client_reply_bytes",
+                            "Reply bytes queued for a client and not yet read, reserved ones included."},
+    [CLIENT_DECODE_BYTES] = {"client_decode_bytes",
+                             "Decode budget of a client's large frame being decoded."},
+    [CLIENT_PINNED_BUFFERS] = {"client_pinned_buffers", "Pinned buffers of a client."},
+    [CLIENT_MAPPINGS] = {"client_mappings",
+                         "Mappings the daemon holds of a client's memory (buffers, completion page)."},
+    [CLIENT_DESCRIPTORS] = {"client_descriptors",
+                            "Descriptors the daemon holds for a client (socket, memfds awaiting Mapped)."},
+    [CLIENT_PREPARED] = {"client_prepared", "Prepared graphs a client holds."},
+    [CLIENT_QUEUED_REQUESTS] = {"client_queued_requests",
+                                "Requests of a client waiting for the execution domain."},
 };
 
 /* The value of per-client gauge `which` for one client. */
@@ -449,6 +482,15 @@ static uint64_t client_value(const tf_client_info *ci, int which) {
     case CLIENT_LIVE_TENSORS: return ci->live_tensors;
     case CLIENT_PINNED_BYTES: return ci->pinned_bytes;
     case CLIENT_RECEIVE_BUFFER_BYTES: return ci->receive_buffer_bytes;
+    case CLIENT_TAKES: return ci->takes;
+    case CLIENT_CHARGED_UID: return ci->charged_uid;
+    case CLIENT_REPLY_BYTES: return ci->reply_bytes;
+    case CLIENT_DECODE_BYTES: return ci->decode_bytes;
+    case CLIENT_PINNED_BUFFERS: return ci->pinned_buffers;
+    case CLIENT_MAPPINGS: return ci->mappings;
+    case CLIENT_DESCRIPTORS: return ci->descriptors;
+    case CLIENT_PREPARED: return ci->prepared;
+    case CLIENT_QUEUED_REQUESTS: return ci->queued_requests;
     default: return ci->queued_items;
     }
 }

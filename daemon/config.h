@@ -44,4 +44,11 @@ int tfd_config_switch(const char *section, const char *key);
 /* 1 when a setting can change on SIGHUP; 0 when it needs a restart. */
 int tfd_config_runtime(const char *section, const char *key);
 
+/*
+ * A reload: copies into cur every setting the table marks reloadable from
+ * next (a configuration read again), and only those; the caller applies
+ * their side effects (log level, polling, cache capacities).
+ */
+void tfd_config_apply_runtime(tfd_options *cur, const tfd_options *next);
+
 #endif

@@ -15,6 +15,7 @@
 #include "common/frame.h"
 #include "common/id-table.h"
 #include "daemon/executor.h"
+#include "daemon/memory-limits.h"
 #include "daemon/pinned.h"
 #include "daemon/reservation.h"
 #include "daemon/ring.h"
@@ -72,7 +73,9 @@ struct tfd_conn {
 
     /* Pinned buffers and pending transfers (handle-buffer.c, handle-pending.c). */
     tf__completion_slot *completion; /* the daemon's mapping of the client's completion page */
-    tf__mailbox *mailbox;            /* the submission mailbox in that mapping */
+    int page_fd;                     /* its memfd until the client says Mapped, else -1 */
+    int ring_offered;                /* the HelloReply offered a ring: attached at Mapped */
+    tf__mailbox *mailbox;            /* the submission mailbox in that mapping, once sealed */
     uint64_t dispatched_seq;         /* highest sequence number of a frame handled so far */
     tfd_ring ring;                   /* the submission ring in that mapping (ring.c) */
     tfd_pinned_table buffers;
@@ -87,9 +90,13 @@ struct tfd_conn {
      * offers of this connection being fetched or lent (lent; while any is,
      * a closing connection keeps its tensors: teardown_deferred); the take
      * of this connection in progress (take: at most one, as the connection
-     * is paused meanwhile; a closing connection is kept until it ends).
+     * is paused meanwhile; a closing connection is kept until it ends);
+     * for a peer daemon's connection, the uid of the client that asked that
+     * daemon for the copy (Hello.asking_uid), the uid it is charged to
+     * (tfd_limits_charged_uid).
      */
     int peer_daemon;
+    uid_t asking_uid;
     uint32_t lent;
     int teardown_deferred;
     struct take_job *take;
@@ -97,6 +104,9 @@ struct tfd_conn {
     /* Replies held back behind one that carries a file descriptor (connection.c). */
     struct tfd_held_frame *held_head, *held_tail;
     uv_timer_t *held_timer; /* retries such a reply while the socket is full */
+
+    /* Queued reply bytes and decode memory, and why input waits for them (memory-limits.c). */
+    tfd_conn_memory mem;
 };
 
 /* Connection plumbing (connection.c). */
@@ -122,6 +132,12 @@ void tfd_conn_fail(tfd_conn *c, const char *fmt, ...) __attribute__((format(prin
 void tfd_conn_fail_no_memory(tfd_conn *c, const char *what);
 /* Starts closing: frees the connection's tensors, drains its stream, releases what it held. */
 void tfd_conn_close(tfd_conn *c);
+/*
+ * Closes the connection without waiting for the peer to read what is queued
+ * for it (a closing connection's shutdown waits for that): the replies are
+ * dropped and their memory freed. For a peer that does not read at all.
+ */
+void tfd_conn_abort(tfd_conn *c);
 /*
  * The last tensor a closing connection lent to another daemon came back
  * (c->lent is 0): the teardown tfd_conn_close deferred goes on.
@@ -163,6 +179,10 @@ void tfd_conn_maybe_free(tfd_conn *c);
 
 /* A connection's pinned buffers (handle-buffer.c): removes buffer id from c's table, unregisters and unmaps it, and counts it gone. */
 void tfd_conn_buffer_drop(tfd_conn *c, uint64_t id);
+/* Mappings the daemon holds of c's memory: its buffers and its completion page (handle-buffer.c). */
+uint64_t tfd_conn_mappings(const tfd_conn *c);
+/* Descriptors the daemon holds for c: its socket, memfds awaiting Mapped, a take's link. */
+uint64_t tfd_conn_descriptors(const tfd_conn *c);
 /*
  * Releases c's pinned memory: at close (all = 0) every buffer no transfer
  * uses; at the final free (all = 1) every buffer and the completion page.

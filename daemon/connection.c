@@ -43,13 +43,27 @@ typedef struct tfd_held_frame {
 
 static void flush_held(tfd_conn *c);
 
+/* Frees an encoded reply: its bytes no longer count as queued for the client (memory-limits.c). */
+static void free_reply(tfd_conn *c, uint8_t *bytes, size_t len) {
+    free(bytes);
+    tfd_memory_reply_release(c, len);
+}
+
 static void on_write_done(uv_write_t *req, int status) {
-    /* A failed write shows up as a read error and closes the connection. */
     out_frame *f = (out_frame *)req;
     uv_stream_t *stream = req->handle;
     tfd_conn *c = (tfd_conn *)stream;
-    free(f->bytes);
+    free_reply(c, f->bytes, f->len);
     free(f);
+    /*
+     * A failed write (the peer went away) ends the connection, dropping what
+     * is still queued: a connection whose input waits for its replies reads
+     * nothing, so no read error would.
+     */
+    if (status < 0 && status != UV_ECANCELED) {
+        tfd_conn_abort(c);
+        return;
+    }
     /* libuv's queue has drained: a held reply with a descriptor may go now. */
     if (status == 0 && c->held_head && uv_stream_get_write_queue_size(stream) == 0) flush_held(c);
 }
@@ -66,8 +80,9 @@ static void write_bytes(tfd_conn *c, uint8_t *bytes, size_t len, size_t done) {
     if (done == 0) {
         buf = uv_buf_init((char *)bytes, (unsigned)len);
         int written = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
+        if (written > 0) c->mem.reply_out += (uint64_t)written;
         if (written > 0 && (size_t)written == len) {
-            free(bytes);
+            free_reply(c, bytes, len);
             c->srv->counters.frames_sent++;
             return;
         }
@@ -76,7 +91,7 @@ static void write_bytes(tfd_conn *c, uint8_t *bytes, size_t len, size_t done) {
     }
     out_frame *f = calloc(1, sizeof *f);
     if (!f) {
-        free(bytes);
+        free_reply(c, bytes, len);
         /* The reply is lost (or half of it is out): the client would wait for it forever. */
         tfd_conn_close(c);
         return;
@@ -85,11 +100,13 @@ static void write_bytes(tfd_conn *c, uint8_t *bytes, size_t len, size_t done) {
     f->len = len;
     buf = uv_buf_init((char *)bytes + done, (unsigned)(len - done));
     if (uv_write(&f->req, (uv_stream_t *)&c->pipe, &buf, 1, on_write_done) != 0) {
-        free(f->bytes);
+        free_reply(c, f->bytes, f->len);
         free(f);
         tfd_conn_close(c);
         return;
     }
+    /* What the stall watch measures progress against: libuv's queue shrinks as it writes. */
+    c->mem.reply_out += len - done;
     c->srv->counters.frames_sent++;
 }
 
@@ -104,6 +121,8 @@ static uint8_t *encode(tfd_conn *c, Tenferro__Frame *frame, size_t *len) {
         tfd_conn_close(c);
         return NULL;
     }
+    /* Queued for the client from now until its bytes are freed. */
+    tfd_memory_reply_add(c, *len);
     return bytes;
 }
 
@@ -119,7 +138,7 @@ void tfd_conn_send(tfd_conn *c, Tenferro__Frame *frame) {
     }
     tfd_held_frame *h = calloc(1, sizeof *h);
     if (!h) {
-        free(bytes);
+        free_reply(c, bytes, len);
         tfd_conn_close(c); /* a lost reply would desynchronise the client: end the connection */
         return;
     }
@@ -207,10 +226,11 @@ static void flush_held(tfd_conn *c) {
             /* The peer holds its own reference now; the daemon keeps only its mapping. */
             close(h->fd);
             h->fd = -1;
+            c->mem.reply_out += (uint64_t)n;
             c->held_head = h->next;
             if (!c->held_head) c->held_tail = NULL;
             if ((size_t)n == h->len) {
-                free(h->bytes);
+                free_reply(c, h->bytes, h->len);
                 c->srv->counters.frames_sent++;
             } else {
                 write_bytes(c, h->bytes, h->len, (size_t)n);
@@ -234,7 +254,7 @@ void tfd_conn_send_with_fd(tfd_conn *c, Tenferro__Frame *frame, int fd) {
     uint8_t *bytes = encode(c, frame, &len);
     tfd_held_frame *h = bytes ? calloc(1, sizeof *h) : NULL;
     if (!h) {
-        free(bytes);
+        if (bytes) free_reply(c, bytes, len);
         close(fd);
         tfd_conn_close(c);
         return;
@@ -265,7 +285,7 @@ static void empty_held(tfd_conn *c, int send) {
         if (send)
             write_bytes(c, h->bytes, h->len, 0);
         else
-            free(h->bytes);
+            free_reply(c, h->bytes, h->len);
         free(h);
     }
     c->held_tail = NULL;
@@ -351,10 +371,12 @@ void tfd_conn_maybe_free(tfd_conn *c) {
     tfd_conn_buffers_release(c, 1);
     tfd_conn_transfers_forget(c);
     empty_held(c, 0);
+    tfd_memory_detach(c);
     if (c->later) uv_close((uv_handle_t *)c->later, (uv_close_cb)free);
     free(c->rbuf);
     tfd_log(TFD_LOG_DEBUG, "client %llu gone", (unsigned long long)c->client_id);
     free(c);
+    tfd_heap_trim_soon(&srv->heap_trim);
     if (srv->stopping && srv->n_conns == 0) tfd_server_begin_shutdown(srv);
     tfd_server_drain_check(srv);
 }
@@ -369,7 +391,8 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
     (void)status;
     tfd_conn *c = req->data;
     free(req);
-    uv_close((uv_handle_t *)&c->pipe, on_pipe_closed);
+    /* Cancelled (UV_ECANCELED) by tfd_conn_abort's close of a peer that never read its replies. */
+    if (!uv_is_closing((uv_handle_t *)&c->pipe)) uv_close((uv_handle_t *)&c->pipe, on_pipe_closed);
 }
 
 /* A closing connection's stream has run what it queued: a session it held is reclaimed. */
@@ -456,7 +479,7 @@ void tfd_conn_close(tfd_conn *c) {
     if (c->closing) return;
     c->closing = 1;
     uv_read_stop((uv_stream_t *)&c->pipe);
-    if (!c->pipe_closed && !uv_is_closing((uv_handle_t *)&c->pipe)) empty_held(c, 1);
+    if (!c->pipe_closed && !uv_is_closing((uv_handle_t *)&c->pipe)) empty_held(c, !c->mem.drop_output);
     if (c->held_timer) {
         uv_close((uv_handle_t *)c->held_timer, (uv_close_cb)free);
         c->held_timer = NULL;
@@ -479,12 +502,25 @@ void tfd_conn_close(tfd_conn *c) {
     }
     /* No final marker (no stream, or no memory for one): the session goes now. */
     if (c->stream_drained) reclaim_session(c);
-    uv_shutdown_t *req = malloc(sizeof *req);
+    /* A shutdown lets the queued replies go out first; an abort drops them. */
+    uv_shutdown_t *req = c->mem.drop_output ? NULL : malloc(sizeof *req);
     if (req) req->data = c;
     if (!req || uv_shutdown(req, (uv_stream_t *)&c->pipe, on_shutdown) != 0) {
         free(req);
         uv_close((uv_handle_t *)&c->pipe, on_pipe_closed);
     }
+    tfd_memory_closing(c);
+}
+
+void tfd_conn_abort(tfd_conn *c) {
+    c->mem.drop_output = 1;
+    if (!c->closing) {
+        tfd_conn_close(c);
+        return;
+    }
+    /* Already closing, its shutdown waiting for replies the peer does not read: cancel them. */
+    if (!c->pipe_closed && !uv_is_closing((uv_handle_t *)&c->pipe))
+        uv_close((uv_handle_t *)&c->pipe, on_pipe_closed);
 }
 
 /* A receive buffer above this stays only while a frame needs it; then it shrinks back. */
@@ -554,6 +590,8 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 }
 
 void tfd_conn_dispatch_frame(tfd_conn *c, Tenferro__Frame *frame) {
+    /* Kept, and handled first once the client's replies leave room (a Download reserves its own). */
+    if (tfd_memory_hold_frame(c, frame)) return;
     tfd_busy_poll_request(&c->srv->busy_poll);
     /* A doorbell only wakes: the ring entry it rings for carries an earlier number. */
     if (frame->seq > c->dispatched_seq && frame->body_case != TENFERRO__FRAME__BODY_MAILBOX_DOORBELL)
@@ -602,6 +640,7 @@ static void decode_done(uv_work_t *w, int status) {
     tf_status st = d->status;
     free(d);
     c->decodes--;
+    tfd_memory_decode_end(c);
     if (c->closing) {
         tf__frame_free(frame);
         tfd_conn_maybe_free(c);
@@ -618,15 +657,24 @@ static void decode_done(uv_work_t *w, int status) {
     tfd_conn_resume(c);
 }
 
-/* Starts decoding the frame at the head of the input off the loop; 0 when it could not. */
+/*
+ * Starts decoding the frame at the head of the input off the loop, or makes
+ * the input wait for room among the uid's decodes (memory-limits.c); 0 when
+ * it could do neither.
+ */
 static int decode_off_loop(tfd_conn *c, uint32_t len) {
+    if (!tfd_memory_decode_start(c, len)) return 1;
     offloop_decode *d = calloc(1, sizeof *d);
-    if (!d) return 0;
+    if (!d) {
+        tfd_memory_decode_end(c);
+        return 0;
+    }
     d->conn = c;
     d->body = c->rbuf + c->rstart + TF__FRAME_HEADER_BYTES;
     d->len = len;
     if (uv_queue_work(c->srv->loop, &d->work, decode_work, decode_done) != 0) {
         free(d);
+        tfd_memory_decode_end(c);
         return 0;
     }
     c->decodes++;
@@ -666,6 +714,8 @@ static void parse_frames(tfd_conn *c) {
             if (reserve(c, total - c->rlen, &st, msg, sizeof msg) != 0) refuse_input(c, st, msg);
             return;
         }
+        /* Replies the client leaves unread hold the daemon's memory: no frame more until they drain. */
+        if (!tfd_memory_input_may_go(c)) return;
         if (slice && handled > 0 && (handled & 15) == 0 && tf__now_ns() - start > slice) {
             if (tfd_conn_continue_later(c, continue_input, NULL) == 0) return;
         }
@@ -870,6 +920,7 @@ void tfd_conn_accept(tfd_server *srv) {
         return;
     }
     c->srv = srv;
+    c->page_fd = -1;
     uv_pipe_init(srv->loop, &c->pipe, 0);
     if (uv_accept((uv_stream_t *)&srv->listener, (uv_stream_t *)&c->pipe) != 0) {
         uv_close((uv_handle_t *)&c->pipe, (uv_close_cb)free);
@@ -899,6 +950,11 @@ void tfd_conn_accept(tfd_server *srv) {
     tfd_notify_clients(srv->n_conns);
     tfd_log(TFD_LOG_DEBUG, "client %llu connected (pid %d uid %u)", (unsigned long long)c->client_id,
             (int)c->pid, (unsigned)c->uid);
+    /* What its replies and decodes hold is counted with its uid's from the first byte on. */
+    if (tfd_memory_attach(c) != 0) {
+        tfd_conn_fail_no_memory(c, "accepting it");
+        return;
+    }
     /* The peer is judged now, before it can hold a slot or a buffer: not at its Hello. */
     char msg[256] = "the peer's credentials cannot be read";
     tf_status refusal = known ? tfd_limits_admit_connection(c, msg, sizeof msg) : TF_ERR_PERMISSION;

@@ -46,6 +46,8 @@
     X(transfers_detached)     \
     X(mailbox_requests)       \
     X(pinned_buffers_huge)    \
+    X(shared_seals_refused)   \
+    X(limit_refusals)         \
     X(ring_requests)          \
     X(graphs_prepared)        \
     X(graphs_refused)         \
@@ -53,7 +55,8 @@
     X(prepared_runs)          \
     X(peer_copies_out)        \
     X(peer_copies_in)         \
-    X(peer_copies_failed)
+    X(peer_copies_failed)     \
+    X(reply_stall_closes)
 
 typedef struct tfd_counters {
 #define TFD_COUNTER_FIELD_(name) uint64_t name;

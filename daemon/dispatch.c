@@ -63,6 +63,9 @@ void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
     case TENFERRO__FRAME__BODY_BUFFER_FREE:
         tfd_handle_buffer_free(c, frame);
         return;
+    case TENFERRO__FRAME__BODY_MAPPED:
+        tfd_handle_mapped(c, frame);
+        return;
     case TENFERRO__FRAME__BODY_PREPARE:
         tfd_handle_prepare(c, frame);
         return;

@@ -1,8 +1,9 @@
 /*
  * BufferCreate and BufferFree: a client's pinned buffers (pinned.h). A buffer
  * is created under the id the client chose, after its quotas and the
- * daemon-wide [daemon] max_pinned_bytes allow it; the reply carries its
- * sealed memfd. A buffer a transfer uses cannot be freed (TF_ERR_BUSY). When
+ * daemon-wide [daemon] max_pinned_bytes allow it (in whole pages) and the
+ * count limits too; the reply carries its memfd, sealed further once the
+ * client says Mapped (handle-mapped.c). A buffer a transfer uses cannot be freed (TF_ERR_BUSY). When
  * the connection goes, the idle buffers go at once and the others as their
  * transfers complete; the completion page goes with the connection.
  */
@@ -17,6 +18,50 @@
 #include "daemon/pinned-work.h"
 #include "daemon/quota.h"
 #include "daemon/server.h"
+
+/*
+ * Buffers a client may have waiting for their Mapped: each holds one of the
+ * daemon's descriptors, and the client library has at most one at a time.
+ */
+#define MAX_UNSEALED_PER_CLIENT 8
+
+/* Pinned buffers of all of uid's connections. */
+static uint64_t uid_buffers(const tfd_server *srv, uid_t uid) {
+    uint64_t n = 0;
+    for (const tfd_conn *o = srv->conns; o; o = o->next)
+        if (o->uid == uid) n += o->buffers.count;
+    return n;
+}
+
+/*
+ * The count limits: each buffer is one mapping of the daemon (the kernel's
+ * vm.max_map_count bounds them all) and, until sealed, one descriptor.
+ */
+static tf_status check_count(tfd_conn *c, char *msg, size_t len) {
+    tfd_server *srv = c->srv;
+    const tfd_options *o = &srv->opt;
+    const char *what = NULL;
+    uint64_t limit = 0;
+    if (c->buffers.unsealed >= MAX_UNSEALED_PER_CLIENT) {
+        what = "buffers created but not yet Mapped by one client (fixed)";
+        limit = MAX_UNSEALED_PER_CLIENT;
+    } else if (o->max_buffers_per_client && c->buffers.count >= (uint64_t)o->max_buffers_per_client) {
+        what = "[limits] max_buffers_per_client";
+        limit = (uint64_t)o->max_buffers_per_client;
+    } else if (o->max_buffers_per_uid &&
+               uid_buffers(srv, c->uid) >= (uint64_t)o->max_buffers_per_uid) {
+        what = "[limits] max_buffers_per_uid";
+        limit = (uint64_t)o->max_buffers_per_uid;
+    } else if (o->max_buffers && srv->counters.pinned_buffers_live >= (uint64_t)o->max_buffers) {
+        what = "[daemon] max_buffers (all clients)";
+        limit = (uint64_t)o->max_buffers;
+    }
+    if (!what) return TF_OK;
+    srv->counters.limit_refusals++;
+    snprintf(msg, len, "pinned buffer limit reached: %s is %llu; free buffers or reuse one",
+             what, (unsigned long long)limit);
+    return TF_ERR_QUOTA;
+}
 
 /* Checks a BufferCreate before anything is allocated: its id, its size, then every limit. */
 static tf_status check_create(tfd_conn *c, uint64_t id, uint64_t bytes, char *msg, size_t len) {
@@ -35,16 +80,20 @@ static tf_status check_create(tfd_conn *c, uint64_t id, uint64_t bytes, char *ms
                  (unsigned long long)bytes);
         return TF_ERR_INVALID_ARGUMENT;
     }
-    tf_status st = tfd_quota_check_pinned(c, bytes, msg, len);
+    tf_status st = check_count(c, msg, len);
+    if (st != TF_OK) return st;
+    /* Pages are what the kernel pins and maps: a 1-byte buffer costs a whole page. */
+    const uint64_t charge = tfd_pinned_charge(bytes);
+    st = tfd_quota_check_pinned(c, charge, msg, len);
     if (st != TF_OK) return st;
     uint64_t max = srv->opt.max_pinned_bytes, live = srv->counters.pinned_bytes_live;
-    if (max && (bytes > max || live > max - bytes)) {
+    if (max && (charge > max || live > max - charge)) {
         srv->counters.quota_refusals++;
         snprintf(msg, len,
                  "daemon-wide pinned memory limit: [daemon] max_pinned_bytes %llu would be exceeded "
-                 "(%llu bytes pinned by all clients, asking %llu); free pinned buffers, use a "
-                 "smaller one, or raise --max-pinned-bytes",
-                 (unsigned long long)max, (unsigned long long)live, (unsigned long long)bytes);
+                 "(%llu bytes pinned by all clients, in whole pages, asking %llu); free pinned "
+                 "buffers, use a smaller one, or raise --max-pinned-bytes",
+                 (unsigned long long)max, (unsigned long long)live, (unsigned long long)charge);
         return TF_ERR_QUOTA;
     }
     return TF_OK;
@@ -90,10 +139,9 @@ static void on_created(void *arg, tf_status st, const tfd_pinned *b, int fd, con
     *rec = *b;
     srv->counters.pinned_buffers_created++;
     if (b->huge) srv->counters.pinned_buffers_huge++;
-    tfd_log(TFD_LOG_DEBUG, "client %llu: pinned buffer %llu of %llu bytes created%s%s",
+    tfd_log(TFD_LOG_DEBUG, "client %llu: pinned buffer %llu of %llu bytes created%s",
             (unsigned long long)c->client_id, (unsigned long long)cr->id,
-            (unsigned long long)cr->bytes, b->huge ? " on huge pages" : "",
-            b->registered ? " and registered" : "");
+            (unsigned long long)cr->bytes, b->huge ? " on huge pages" : "");
     Tenferro__Result result = TENFERRO__RESULT__INIT;
     result.status = TF_OK;
     result.message = "";
@@ -118,7 +166,11 @@ void tfd_handle_buffer_create(tfd_conn *c, Tenferro__Frame *frame) {
     creation *cr = NULL;
     if (st == TF_OK) {
         cr = malloc(sizeof *cr);
-        tfd_pinned reserved = {.id = id, .bytes = (size_t)bytes, .creating = 1};
+        tfd_pinned reserved = {.id = id,
+                               .bytes = (size_t)bytes,
+                               .charged = tfd_pinned_charge(bytes),
+                               .fd = -1,
+                               .creating = 1};
         if (!cr || tfd_pinned_table_insert(&c->buffers, &reserved) != 0) {
             free(cr);
             snprintf(msg, sizeof msg, "out of host memory");
@@ -131,7 +183,7 @@ void tfd_handle_buffer_create(tfd_conn *c, Tenferro__Frame *frame) {
     }
     *cr = (creation){c, seq, id, bytes};
     srv->counters.pinned_buffers_live++;
-    srv->counters.pinned_bytes_live += bytes;
+    srv->counters.pinned_bytes_live += tfd_pinned_charge(bytes);
     if (tfd_pinned_create_async(srv->loop, &srv->backend, id, (size_t)bytes, on_created, cr) !=
         TF_OK) {
         tfd_conn_buffer_drop(c, id);
@@ -169,7 +221,15 @@ void tfd_conn_buffer_drop(tfd_conn *c, uint64_t id) {
     /* A reservation whose memfd was never made has nothing to unregister or unmap. */
     if (b.map) tfd_pinned_destroy_async(c->srv->loop, &c->srv->backend, &b);
     c->srv->counters.pinned_buffers_live--;
-    c->srv->counters.pinned_bytes_live -= b.bytes;
+    c->srv->counters.pinned_bytes_live -= b.charged;
+}
+
+uint64_t tfd_conn_mappings(const tfd_conn *c) {
+    return c->buffers.count + (c->completion ? 1 : 0);
+}
+
+uint64_t tfd_conn_descriptors(const tfd_conn *c) {
+    return 1 + (c->page_fd >= 0 ? 1 : 0) + c->buffers.unsealed + (c->take ? 1 : 0);
 }
 
 /* Table walker's destroy step: the buffer leaves the books now and memory on the thread pool. */
@@ -186,6 +246,9 @@ void tfd_conn_buffers_release(tfd_conn *c, int all) {
     if (!all) return;
     tfd_pinned_table_free(&c->buffers);
     tfd_ring_detach(c);
+    if (c->page_fd >= 0) close(c->page_fd);
+    c->page_fd = -1;
+    c->mailbox = NULL;
     tfd_completion_page_destroy(c->completion);
     c->completion = NULL;
 }

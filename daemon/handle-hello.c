@@ -1,10 +1,13 @@
 /*
  * Hello: the handshake. Checks the protocol version, records the client's
- * name (sanitized), admits the peer (limits.c: the client counts, [access]),
+ * name (sanitized), admits the peer (limits.c: the client counts, [access];
+ * a peer daemon's connection counts for the client it copies for),
  * creates its logical stream at the peer's priority class and its completion
  * page (pinned.h), and answers with the daemon's limits, the page's memfd
  * riding on the reply.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -46,6 +49,7 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         return;
     }
     const int peer_daemon = hello->peer_daemon;
+    const uid_t asking_uid = (uid_t)hello->asking_uid;
     tf__frame_free(frame);
     char msg[256];
     /* Another daemon fetching an offer (peer-offer.c) runs as this daemon's uid, or as root. */
@@ -61,6 +65,8 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         return;
     }
     c->peer_daemon = peer_daemon;
+    /* Trusted only now that the peer is known to be a daemon of this host: it names its client. */
+    if (peer_daemon) c->asking_uid = asking_uid;
     tf_status refusal = tfd_limits_admit_client(c, msg, sizeof msg);
     if (refusal != TF_OK) {
         srv->counters.connections_refused++;
@@ -73,8 +79,10 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
     if (peer_daemon) {
         /* A peer daemon only fetches offers: no stream, completion page or ring of its own. */
         c->hello_done = 1;
-        tfd_log(TFD_LOG_INFO, "client %llu connected: a peer daemon (pid %d uid %u)",
-                (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid);
+        tfd_log(TFD_LOG_INFO,
+                "client %llu connected: a peer daemon (pid %d uid %u) copying for uid %u",
+                (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid,
+                (unsigned)c->asking_uid);
         send_hello_reply(c, seq, 0, -1);
         return;
     }
@@ -94,10 +102,18 @@ void tfd_handle_hello(tfd_conn *c, Tenferro__Frame *frame) {
         tfd_conn_close(c);
         return;
     }
-    c->mailbox = (tf__mailbox *)((uint8_t *)c->completion + TF__MAILBOX_OFFSET);
-    /* Without memory for its copy-out buffer the connection simply has no ring. */
-    const int ring = tfd_ring_attach(c, (uint8_t *)c->completion) == 0;
-    __atomic_store_n(&c->mailbox->daemon_polling, (uint32_t)srv->mailboxes_polled, __ATOMIC_SEQ_CST);
+    /* The daemon keeps a descriptor of the page until the client says Mapped (handle-mapped.c). */
+    c->page_fd = fcntl(page_fd, F_DUPFD_CLOEXEC, 0);
+    if (c->page_fd < 0) {
+        close(page_fd);
+        tfd_conn_reply(c, seq, TF_ERR_NO_MEMORY, "tenferrod cannot keep the completion page: %s",
+                       strerror(errno));
+        tfd_conn_close(c);
+        return;
+    }
+    /* The mailbox and the ring are used once the page is sealed; the ring is offered now. */
+    const int ring = 1;
+    c->ring_offered = ring;
     c->hello_done = 1;
     tfd_log(TFD_LOG_INFO, "client %llu connected: pid %d uid %u name %s priority %d",
             (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid, c->name, c->priority);

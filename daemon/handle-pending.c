@@ -91,11 +91,30 @@ static tf_status check_transfer(tfd_conn *c, const tfd_transfer_request *r, tfd_
                  TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD);
         return TF_ERR_INVALID_ARGUMENT;
     }
+    /* The outcome goes into the completion page: only once that page is sealed (handle-mapped.c). */
+    if (!c->mailbox) {
+        snprintf(msg, len, "the completion page is not sealed: send Mapped with buffer 0 once it "
+                           "is mapped, before any pending transfer");
+        return TF_ERR_INVALID_ARGUMENT;
+    }
     tfd_pinned *b = tfd_pinned_table_find(&c->buffers, r->buffer);
     if (!b) {
         snprintf(msg, len, "pinned buffer %llu is not live on this connection",
                  (unsigned long long)r->buffer);
         return TF_ERR_UNKNOWN_HANDLE;
+    }
+    if (!b->sealed && !b->creating) {
+        if (b->seal_status != TF_OK) {
+            snprintf(msg, len,
+                     "pinned buffer %llu could not be sealed when it was Mapped (its pages were "
+                     "freed by the client or the system has none left): free it and create another",
+                     (unsigned long long)r->buffer);
+            return b->seal_status;
+        }
+        snprintf(msg, len, "pinned buffer %llu is not sealed: send Mapped once it is mapped, before "
+                           "its first transfer",
+                 (unsigned long long)r->buffer);
+        return TF_ERR_INVALID_ARGUMENT;
     }
     tfd_tensor *t = tfd_tensor_table_find(&c->tensors, r->tensor);
     if (!t) {

@@ -154,6 +154,21 @@ void tfd_handle_prepare(tfd_conn *c, Tenferro__Frame *frame) {
         reply_prepare(c, seq, TF_ERR_QUOTA, -1, msg);
         return;
     }
+    if (srv->opt.max_prepared_per_uid > 0) {
+        size_t held = 0;
+        for (const tfd_conn *o = srv->conns; o; o = o->next)
+            if (o->uid == c->uid) held += o->prepared.count;
+        if (held >= (size_t)srv->opt.max_prepared_per_uid) {
+            tf__frame_free(frame);
+            srv->counters.limit_refusals++;
+            snprintf(msg, sizeof msg,
+                     "uid %u holds %zu prepared graphs, the most one uid may ([limits] "
+                     "max_prepared_per_uid = %d): free one first",
+                     (unsigned)c->uid, held, srv->opt.max_prepared_per_uid);
+            reply_prepare(c, seq, TF_ERR_QUOTA, -1, msg);
+            return;
+        }
+    }
     tfd_graph_plan *plan = NULL;
     int failed_node = -1;
     tf_status st = tfd_graph_plan_build(p, srv->opt.max_graph_nodes, srv->opt.test_fault_injection,

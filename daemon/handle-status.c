@@ -7,6 +7,7 @@
 #include "daemon/conn.h"
 #include "daemon/counters.h"
 #include "daemon/handlers.h"
+#include "daemon/limits.h"
 #include "daemon/options.h"
 #include "daemon/server.h"
 
@@ -78,6 +79,15 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
         ci->priority = o->priority;
         ci->pinned_bytes = o->buffers.bytes;
         ci->receive_buffer_bytes = o->rcap;
+        ci->reply_bytes = o->mem.reply_bytes;
+        ci->decode_bytes = o->mem.decode_bytes;
+        ci->charged_uid = (uint32_t)tfd_limits_charged_uid(o);
+        ci->takes = o->take ? 1 : 0;
+        ci->pinned_buffers = o->buffers.count;
+        ci->mappings = tfd_conn_mappings(o);
+        ci->descriptors = tfd_conn_descriptors(o);
+        ci->prepared = o->prepared.count;
+        ci->queued_requests = o->queued ? 1 : 0;
         info_ptrs[k++] = ci;
     }
 

@@ -37,6 +37,16 @@ static tf_status create_tensor(tfd_conn *c, const Tenferro__Upload *up, char *ms
     return tfd_tensor_create(c, &rec, msg, len);
 }
 
+/*
+ * Loop, once an upload's bytes are on the device: the frame that held them
+ * is freed with the item, and the bytes no longer count against the client.
+ */
+static void on_upload_copied(tfd_item *it) {
+    tfd_conn *c = it->done_arg;
+    tfd_memory_reply_release(c, it->u.copy.bytes);
+    tfd_item_free(it);
+}
+
 void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
     Tenferro__Upload *up = frame->upload;
     uint64_t seq = frame->seq;
@@ -64,6 +74,14 @@ void tfd_handle_upload(tfd_conn *c, Tenferro__Frame *frame) {
                 it->u.copy.host = up->data.data;
                 it->u.copy.bytes = up->data.len;
                 it->u.copy.owned = frame; /* the frame holds the bytes until the copy ran */
+                /*
+                 * Counted like a reply the client has not read until the copy ran: a
+                 * client whose stream is busy cannot pile up decoded uploads without
+                 * bound; its next frames wait for room instead (memory-limits.h).
+                 */
+                it->done = on_upload_copied;
+                it->done_arg = c;
+                tfd_memory_reply_reserve(c, up->data.len);
                 c->srv->counters.bytes_uploaded += up->data.len;
                 tfd_stream_enqueue(c->stream, it, it, 1);
                 frame = NULL;
@@ -104,6 +122,8 @@ static void on_read_done(tfd_item *it) {
         out.download_reply = &reply;
         tfd_conn_send(c, &out);
     }
+    /* The encoded reply counts now (or nobody will read it): the reservation goes. */
+    tfd_memory_reply_release(c, it->u.copy.bytes);
     free(it->u.copy.host);
     tfd_item_free(it);
 }
@@ -174,7 +194,10 @@ void tfd_handle_download(tfd_conn *c, Tenferro__Frame *frame) {
         tfd_conn_close(c);
         return;
     }
+    /* Counted as a queued reply before it exists, so unread replies cannot pile up (memory-limits.c). */
+    tfd_memory_reply_reserve(c, length);
     void *host = malloc(length ? length : 1);
+    if (!host) tfd_memory_reply_release(c, length);
     it->u.copy.device = (uint8_t *)t->data + offset;
     it->u.copy.host = host;
     it->u.copy.bytes = host ? length : 0;

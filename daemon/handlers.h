@@ -23,6 +23,8 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_admin(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_buffer_create(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_buffer_free(tfd_conn *c, Tenferro__Frame *frame);
+/* Mapped: seals the memfd the client has mapped (handle-mapped.c); no reply. */
+void tfd_handle_mapped(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_transfer(tfd_conn *c, Tenferro__Frame *frame);
 void tfd_handle_transfer_release(tfd_conn *c, Tenferro__Frame *frame);
 /* A client rang: the loop looks at its submission mailbox (mailbox.c). */

@@ -16,11 +16,18 @@
 /* Root and the service user are not held to the per-uid counts: an operator can reach a daemon one user filled. */
 static int exempt(uid_t uid) { return uid == 0 || uid == geteuid(); }
 
-/* Live (not closing) connections of uid, those past their Hello or those still before it. */
+uid_t tfd_limits_charged_uid(const tfd_conn *c) { return c->peer_daemon ? c->asking_uid : c->uid; }
+
+/*
+ * Live (not closing) connections charged to uid, those past their Hello or
+ * those still before it (where the charged uid is still the connection's own).
+ */
 static int count_uid(const tfd_server *srv, const tfd_conn *self, uid_t uid, int hello_done) {
     int n = 0;
     for (const tfd_conn *o = srv->conns; o; o = o->next)
-        if (o != self && o->uid == uid && !o->closing && o->hello_done == hello_done) n++;
+        if (o != self && tfd_limits_charged_uid(o) == uid && !o->closing &&
+            o->hello_done == hello_done)
+            n++;
     return n;
 }
 
@@ -57,14 +64,37 @@ tf_status tfd_limits_admit_client(tfd_conn *c, char *msg, size_t len) {
         return TF_ERR_TOO_MANY_CLIENTS;
     }
     int per_uid = srv->opt.max_clients_per_uid;
-    if (per_uid > 0 && !exempt(c->uid) && count_uid(srv, c, c->uid, 1) >= per_uid) {
+    /*
+     * A peer daemon runs as root or the service user, but its connection
+     * serves the client that asked for the copy: it counts for that uid, and
+     * is not exempt whatever that uid is, so copies cannot fill max_clients.
+     */
+    const uid_t who = tfd_limits_charged_uid(c);
+    if (per_uid > 0 && (c->peer_daemon || !exempt(who)) && count_uid(srv, c, who, 1) >= per_uid) {
         snprintf(msg, len,
-                 "uid %u already has %d clients connected ([limits] max_clients_per_uid); close "
+                 "uid %u already has %d clients connected%s ([limits] max_clients_per_uid); close "
                  "one or ask the administrator to raise the limit",
-                 (unsigned)c->uid, per_uid);
+                 (unsigned)who, per_uid,
+                 c->peer_daemon ? " (copies to other daemons included)" : "");
         return TF_ERR_TOO_MANY_CLIENTS;
     }
     return TF_OK;
+}
+
+tf_status tfd_limits_admit_take(tfd_conn *c, char *msg, size_t len) {
+    const tfd_server *srv = c->srv;
+    const int max = srv->opt.max_takes_per_uid;
+    if (max <= 0) return TF_OK;
+    /* Closing connections count too: their fetch thread runs until it notices. */
+    int n = 0;
+    for (const tfd_conn *o = srv->conns; o; o = o->next) n += o->take && o->uid == c->uid;
+    if (n < max) return TF_OK;
+    snprintf(msg, len,
+             "uid %u already has %d copies from other daemons in progress ([limits] "
+             "max_takes_per_uid); wait for one to finish or ask the administrator to raise the "
+             "limit",
+             (unsigned)c->uid, n);
+    return TF_ERR_TOO_MANY_CLIENTS;
 }
 
 /*

@@ -5,7 +5,9 @@
  * for one uid. Each refusal is typed and says which setting to raise.
  * Root and the service user are exempt from the per-uid counts, so an
  * operator can reach a daemon that one user filled (max_clients holds for
- * everyone).
+ * everyone). A peer daemon's connection (a copy between daemons) counts for
+ * the client that asked for the copy, never exempt; so do the takes a
+ * daemon runs for its clients ([limits] max_takes_per_uid).
  */
 #ifndef TENFERRO_DAEMON_LIMITS_H
 #define TENFERRO_DAEMON_LIMITS_H
@@ -23,8 +25,24 @@
  */
 tf_status tfd_limits_admit_connection(tfd_conn *c, char *msg, size_t len);
 
-/* At the Hello: max_clients and the uid's clients past their handshake. */
+/*
+ * The uid a connection counts for in the per-uid connection limits: its own,
+ * or for a peer daemon's connection the uid of the client that asked for the
+ * copy (Hello.asking_uid).
+ */
+uid_t tfd_limits_charged_uid(const tfd_conn *c);
+
+/*
+ * At the Hello: max_clients and the charged uid's clients past their
+ * handshake (a peer daemon's connection with no exemption).
+ */
 tf_status tfd_limits_admit_client(tfd_conn *c, char *msg, size_t len);
+
+/*
+ * Before a CopyTake starts: TF_OK while the uid's takes in progress stay
+ * within [limits] max_takes_per_uid, else TF_ERR_TOO_MANY_CLIENTS with msg.
+ */
+tf_status tfd_limits_admit_take(tfd_conn *c, char *msg, size_t len);
 
 /*
  * Before a connection's receive buffer grows to `cap` bytes: TF_OK while the

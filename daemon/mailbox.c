@@ -36,6 +36,8 @@ int tfd_conn_poll_mailbox(tfd_conn *c) {
         return 0;
     /* Frames sent before the request are not all handled yet: it waits for them. */
     if (READ_ONCE(m->after_seq) > c->dispatched_seq) return 0;
+    /* So does every request while the client's unread replies are at their limit (memory-limits.c). */
+    if (!tfd_memory_input_may_go(c)) return 0;
     tfd_transfer_request r = {
         .direction = READ_ONCE(m->direction),
         .buffer = READ_ONCE(m->buffer),

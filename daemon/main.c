@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "common/frame.h"
@@ -22,6 +23,19 @@ static void usage(FILE *out) {
             TFD_DEFAULT_CONFIG_PATH);
     tfd_config_usage(out);
     fprintf(out, "The socket defaults to $TENFERRO_SOCKET, else /run/tenferro/tenferrod-<device>.sock.\n");
+}
+
+/*
+ * Each client costs the daemon a few descriptors (its socket, memfds it has
+ * not yet Mapped, a copy's link to another daemon): the soft limit is raised
+ * to the hard one, so the per-client and per-uid bounds, not a soft default
+ * of 1024, decide when a client is refused, and accept never fails for all.
+ */
+static void raise_descriptor_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max) return;
+    rl.rlim_cur = rl.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
 }
 
 int main(int argc, char **argv) {
@@ -98,5 +112,6 @@ int main(int argc, char **argv) {
         return 2;
     }
     tfd_log_set_level((tfd_log_level)opt.log_level);
+    raise_descriptor_limit();
     return tfd_server_run(&opt, &startup);
 }

@@ -43,14 +43,22 @@ typedef struct tfd_options {
     int workers;              /* executor worker threads; 0 = one per core (at most 16) */
     uint64_t max_frame_bytes;
     uint64_t max_pinned_bytes; /* pinned buffers of every client together; 0 = unlimited */
+    int max_buffers;            /* pinned buffers of every client together (mappings); 0 = unlimited */
+    int max_buffers_per_client; /* pinned buffers of one client; 0 = unlimited */
+    int max_buffers_per_uid;    /* pinned buffers of all clients of one uid; 0 = unlimited */
+    int max_prepared_per_uid;   /* prepared graphs of all clients of one uid; 0 = unlimited */
     tfd_policy policy;
     uint64_t wait_deadline_ms; /* how long a queued opener waits under the wait policy */
     int max_clients;          /* clients past their Hello, all uids together */
     int max_clients_per_uid;  /* clients past their Hello of one uid (limits.c); 0 = unlimited */
     int max_handshakes_per_uid; /* connections of one uid still before their Hello */
+    int max_takes_per_uid;      /* copies from other daemons in progress for one uid; 0 = unlimited */
     uint64_t hello_timeout_ms;  /* a connection that has not said Hello by then is closed */
-    uint64_t uid_receive_bytes; /* unfinished input buffered for one uid; 0 = unlimited */
+    uint64_t uid_receive_bytes; /* unfinished input buffered for one uid, and its decodes' budgets; 0 = unlimited */
     uint64_t loop_slice_us;     /* how long one connection's input may hold the loop at a time */
+    uint64_t client_reply_bytes; /* replies queued for one connection before its input waits (memory-limits.c) */
+    uint64_t uid_reply_bytes;    /* the same for all connections of one uid; 0 = unlimited */
+    uint64_t reply_stall_ms;     /* a waiting connection whose replies do not move this long is closed; 0 = never */
     int log_level;
     int busy_poll_us;         /* polling after activity before sleeping; -1 = by backend */
     int ring_spin_us;         /* the loop polls submission rings this long after a ring reply; 0 = off */

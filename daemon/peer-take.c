@@ -5,7 +5,7 @@
  * The new tensor is made at once (quotas, memory on the connection's stream)
  * and marked TFD_FLIGHT_WRITE; the connection is paused, so what the client
  * sends next is handled after the copy. A thread of its own fetches the
- * offer from the other daemon (peer-link.c: blocking, bounded by [peers]
+ * offer from the other daemon (peer-link.c: non-blocking, bounded by [peers]
  * copy_timeout_ms) and hands the answer to the loop through a uv_async. The
  * loop checks it (uids, dtype, shape, size), then the copy runs as a CALL
  * item on the connection's stream, after the work queued before it, and a
@@ -13,7 +13,14 @@
  * is what gives its tensor back, so that happens only once the copy is over.
  * Any failure frees the new tensor and answers typed; a connection that
  * closes meanwhile is kept (c->take) until the thread has reported.
+ *
+ * The daemon connects only where it can name a daemon itself: the take's
+ * source_socket must be a tenferrod socket of this daemon's own runtime
+ * directory (resolve_source), checked on the string alone before any system
+ * call sees it, so a client cannot use the daemon to probe other paths.
+ * Takes in progress are bounded per uid ([limits] max_takes_per_uid).
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -21,10 +28,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/daemon-socket.h"
 #include "daemon/batch.h"
 #include "daemon/conn.h"
 #include "daemon/handlers.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/peer-copy.h"
 #include "daemon/peer-link.h"
@@ -36,7 +46,8 @@ typedef struct take_job {
     uint64_t seq;
     tfd_tensor made; /* the new tensor's record as created (made.id: its handle) */
     char token[65];
-    char source_socket[108];
+    char source_socket[108]; /* resolved in this daemon's runtime directory (resolve_source) */
+    char source_name[64];    /* its file name, all the client's errors show of it */
     uint32_t requester_uid;
     uint64_t deadline_ms;
     tfd_peer_fetched fetched; /* filled by the thread */
@@ -49,8 +60,8 @@ typedef struct take_job {
 /* The thread: fetches the offer from the other daemon, then wakes the loop. */
 static void *fetch_thread(void *arg) {
     take_job *job = arg;
-    tfd_peer_fetch(job->source_socket, job->token, job->requester_uid, job->deadline_ms,
-                   &job->cancel, job->client_fd, &job->fetched);
+    tfd_peer_fetch(job->source_socket, job->source_name, job->token, job->requester_uid,
+                   job->deadline_ms, &job->cancel, job->client_fd, &job->fetched);
     uv_async_send(&job->async);
     return NULL;
 }
@@ -172,6 +183,116 @@ static void on_fetched(uv_async_t *h) {
         finish(job, TF_ERR_NO_MEMORY, "out of host memory");
 }
 
+/*
+ * Writes the absolute, lexically normal form of `path` into out: empty and
+ * "." components dropped, repeated slashes collapsed, no trailing slash
+ * ("/" alone for the root). A relative path is taken from the working
+ * directory. -1 for a ".." component (no lexical answer is safe there) or
+ * a result that does not fit. Looks at no file.
+ */
+static int normal_path(const char *path, char *out, size_t cap) {
+    char cwd[PATH_MAX] = "";
+    if (path[0] != '/' && !getcwd(cwd, sizeof cwd)) return -1;
+    size_t n = 0;
+    for (int part = 0; part < 2; part++) {
+        const char *p = part == 0 ? cwd : path;
+        while (*p) {
+            while (*p == '/') p++;
+            const size_t len = strcspn(p, "/");
+            if (len == 0 || (len == 1 && p[0] == '.')) {
+                p += len;
+                continue;
+            }
+            if (len == 2 && p[0] == '.' && p[1] == '.') return -1;
+            if (n + 1 + len + 1 > cap) return -1;
+            out[n++] = '/';
+            memcpy(out + n, p, len);
+            n += len;
+            p += len;
+        }
+    }
+    if (n == 0) {
+        if (cap < 2) return -1;
+        out[n++] = '/';
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+/* The part of a normal path before its last component ("/" for one at the root), in place. */
+static void cut_last(char *path) {
+    char *slash = strrchr(path, '/');
+    if (slash == path)
+        path[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+}
+
+/*
+ * Resolves a take's source_socket by the one rule a take obeys: a tenferrod
+ * socket of this daemon's runtime directory, the directory of its own
+ * socket. The client names it either as a path in that directory (compared
+ * as strings, in normal form, with the directory as configured or as
+ * resolved) whose file name is `tenferrod-<name>.sock`, or as a device
+ * ("cuda:1", "1", "cpu", resolved as tf_connect_device resolves it, but in
+ * this directory). The path the daemon connects to is built from its own
+ * directory and the checked file name, so no system call ever sees a string
+ * the client chose. Writes that path and the file name; TF_OK, or
+ * TF_ERR_INVALID_ARGUMENT with msg, the same refusal for every path.
+ */
+static tf_status resolve_source(const tfd_server *srv, const char *given, char *path,
+                                size_t path_len, char *name, size_t name_len, char *msg,
+                                size_t len) {
+    char own[PATH_MAX], real[PATH_MAX] = "", asked[PATH_MAX] = "";
+    int own_ok = normal_path(srv->opt.socket_path, own, sizeof own) == 0;
+    if (own_ok) {
+        cut_last(own);
+    } else {
+        /* A socket configured through "..": its directory as the file system resolves it. */
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", srv->opt.socket_path);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            slash[slash == dir] = '\0';
+        else
+            snprintf(dir, sizeof dir, ".");
+        char *r = realpath(dir, NULL);
+        own_ok = r && strlen(r) < sizeof own;
+        if (own_ok) memcpy(own, r, strlen(r) + 1);
+        free(r);
+    }
+    if (own_ok) {
+        /* This daemon's own directory resolved, for a client that reached it through a link. */
+        char *r = realpath(own, NULL);
+        if (r && strlen(r) < sizeof real) memcpy(real, r, strlen(r) + 1);
+        free(r);
+    }
+    int ok = own_ok && given && given[0];
+    if (ok && tf__device_socket_name(given, name, name_len) == 0) {
+        /* A device: its daemon's socket in this directory. */
+    } else if (ok && given[0] == '/' && normal_path(given, asked, sizeof asked) == 0) {
+        const char *file = strrchr(asked, '/') + 1;
+        ok = tf__daemon_socket_name_valid(file) && strlen(file) < name_len;
+        if (ok) {
+            memcpy(name, file, strlen(file) + 1);
+            cut_last(asked);
+            ok = strcmp(asked, own) == 0 || (real[0] && strcmp(asked, real) == 0);
+        }
+    } else {
+        ok = 0;
+    }
+    if (ok) {
+        const int n = snprintf(path, path_len, "%s%s%s", own, strcmp(own, "/") ? "/" : "", name);
+        if (n > 0 && (size_t)n < path_len) return TF_OK;
+    }
+    snprintf(msg, len,
+             "a copy takes only from a tenferrod socket of this daemon's runtime directory: "
+             "source_socket must be %.108s/tenferrod-NAME.sock (NAME of letters, digits and "
+             ":_.-, not starting with a dot) or a device name (cuda:N, N or cpu)",
+             own_ok ? own : "its directory");
+    return TF_ERR_INVALID_ARGUMENT;
+}
+
 /* Checks a CopyTake and makes its tensor; the job is filled for the thread. */
 static tf_status start(tfd_conn *c, const Tenferro__CopyTake *req, take_job *job, char *msg,
                        size_t len) {
@@ -185,27 +306,27 @@ static tf_status start(tfd_conn *c, const Tenferro__CopyTake *req, take_job *job
                  sizeof job->token - 1);
         return TF_ERR_INVALID_ARGUMENT;
     }
-    if (!req->source_socket || req->source_socket[0] != '/' ||
-        strlen(req->source_socket) >= sizeof job->source_socket) {
-        snprintf(msg, len, "a copy take needs the source daemon's socket as an absolute path");
-        return TF_ERR_INVALID_ARGUMENT;
-    }
+    tf_status st = resolve_source(srv, req->source_socket, job->source_socket,
+                                  sizeof job->source_socket, job->source_name,
+                                  sizeof job->source_name, msg, len);
+    if (st != TF_OK) return st;
+    /* A take holds a thread and a connection until it ends: bounded per uid, before any connect. */
+    if ((st = tfd_limits_admit_take(c, msg, len)) != TF_OK) return st;
     /* Both clients on this daemon: nothing to fetch from another one. */
     struct stat own, source;
-    if (stat(srv->opt.socket_path, &own) == 0 && stat(req->source_socket, &source) == 0 &&
+    if (stat(srv->opt.socket_path, &own) == 0 && stat(job->source_socket, &source) == 0 &&
         own.st_dev == source.st_dev && own.st_ino == source.st_ino) {
         snprintf(msg, len, "both clients are connected to this daemon: a copy between daemons needs "
                            "two (copy within one daemon with an operation)");
         return TF_ERR_INVALID_ARGUMENT;
     }
     tfd_tensor *rec = &job->made;
-    tf_status st = tfd_tensor_record_new(c, req->tensor, req->dtype, req->n_shape, req->shape, rec,
+    st = tfd_tensor_record_new(c, req->tensor, req->dtype, req->n_shape, req->shape, rec,
                                          msg, len);
     if (st != TF_OK) return st;
     rec->in_flight = TFD_FLIGHT_WRITE;
     if ((st = tfd_tensor_create(c, rec, msg, len)) != TF_OK) return st;
     snprintf(job->token, sizeof job->token, "%s", req->token);
-    snprintf(job->source_socket, sizeof job->source_socket, "%s", req->source_socket);
     job->conn = c;
     job->requester_uid = (uint32_t)c->uid;
     job->deadline_ms = tfd_now_ms() + srv->opt.peers_copy_timeout_ms;
@@ -214,7 +335,7 @@ static tf_status start(tfd_conn *c, const Tenferro__CopyTake *req, take_job *job
 
 void tfd_handle_copy_take(tfd_conn *c, Tenferro__Frame *frame) {
     const uint64_t seq = frame->seq;
-    char msg[256];
+    char msg[512];
     take_job *job = calloc(1, sizeof *job);
     tf_status st = job ? start(c, frame->copy_take, job, msg, sizeof msg) : TF_ERR_NO_MEMORY;
     tf__frame_free(frame);

@@ -16,13 +16,14 @@ typedef struct creation {
     tf_status st;
     char msg[512];
     tfd_pinned_created_fn done;
+    tfd_pinned_sealed_fn sealed;
     void *arg;
 } creation;
 
-/* Thread pool: the memfd, its mapping and its registration. */
+/* Thread pool: the memfd and its mapping. */
 static void create_work(uv_work_t *req) {
     creation *w = (creation *)req;
-    w->st = tfd_pinned_create(w->be, w->id, w->bytes, &w->b, &w->fd, w->msg, sizeof w->msg);
+    w->st = tfd_pinned_create(w->id, w->bytes, &w->b, &w->fd, w->msg, sizeof w->msg);
 }
 
 /* Loop: hands the outcome over. */
@@ -44,6 +45,35 @@ tf_status tfd_pinned_create_async(uv_loop_t *loop, tfd_backend *be, uint64_t id,
     w->done = done;
     w->arg = arg;
     if (uv_queue_work(loop, &w->req, create_work, create_done) != 0) {
+        free(w);
+        return TF_ERR_INTERNAL;
+    }
+    return TF_OK;
+}
+
+/* Thread pool: the seals, every page allocated, the registration. */
+static void seal_work(uv_work_t *req) {
+    creation *w = (creation *)req;
+    w->st = tfd_pinned_seal(w->be, &w->b, w->msg, sizeof w->msg);
+}
+
+static void seal_done(uv_work_t *req, int status) {
+    creation *w = (creation *)req;
+    (void)status;
+    w->sealed(w->arg, w->st, &w->b, w->msg);
+    free(w);
+}
+
+tf_status tfd_pinned_seal_async(uv_loop_t *loop, tfd_backend *be, const tfd_pinned *b,
+                                tfd_pinned_sealed_fn done, void *arg) {
+    creation *w = calloc(1, sizeof *w);
+    if (!w) return TF_ERR_NO_MEMORY;
+    w->be = be;
+    w->b = *b;
+    w->fd = -1;
+    w->sealed = done;
+    w->arg = arg;
+    if (uv_queue_work(loop, &w->req, seal_work, seal_done) != 0) {
         free(w);
         return TF_ERR_INTERNAL;
     }

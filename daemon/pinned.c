@@ -16,7 +16,14 @@
 #include "daemon/log.h"
 #include "daemon/pinned.h"
 
-#define SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010 /* Linux 5.1; older C libraries lack the name */
+#endif
+
+/* At creation: the size is fixed. Sealing against new seals waits for tfd_memfd_seal. */
+#define CREATE_SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
+/* Once the client has mapped: no new writable mapping, no write(2), no hole punching. */
+#define MAPPED_SEALS (F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)
 
 /* Out of memory or room is the client's to fix (smaller or fewer buffers); the rest is the system's. */
 static tf_status status_of_errno(int err) {
@@ -39,7 +46,7 @@ tf_status tfd_memfd_create(const char *name, size_t bytes, void **map, size_t *m
     what = "ftruncate";
     if (ftruncate(f, (off_t)bytes) != 0) goto fail;
     what = "sealing";
-    if (fcntl(f, F_ADD_SEALS, SEALS) != 0) goto fail;
+    if (fcntl(f, F_ADD_SEALS, CREATE_SEALS) != 0) goto fail;
     what = "mmap";
     void *p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
     if (p == MAP_FAILED) goto fail;
@@ -53,6 +60,38 @@ fail:;
     snprintf(msg, msg_len, "cannot create a shared buffer of %zu bytes (%s: %s)", bytes, what,
              strerror(err));
     return status_of_errno(err);
+}
+
+/*
+ * Seals a memfd the client has mapped: F_SEAL_FUTURE_WRITE keeps the mappings
+ * made so far (the daemon's and the client's) writable but refuses any new
+ * one, write(2), fallocate(PUNCH_HOLE) and madvise(MADV_REMOVE), so from here
+ * on no page under the daemon's mapping can be taken away. A client that
+ * punched holes before this point is made whole by allocating every page
+ * again (fallocate mode 0): on huge pages whose pool it emptied meanwhile that
+ * fails, typed, instead of the daemon's next access dying with SIGBUS.
+ */
+tf_status tfd_memfd_seal(int fd, size_t bytes, char *msg, size_t msg_len) {
+    /* A client may have added seals itself (F_SEAL_SEAL among them): what counts is the result. */
+    (void)fcntl(fd, F_ADD_SEALS, MAPPED_SEALS);
+    int seals = fcntl(fd, F_GET_SEALS);
+    const int need = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE;
+    if (seals < 0 || (seals & need) != need) {
+        snprintf(msg, msg_len,
+                 "the shared memory could not be sealed against hole punching (seals 0x%x): "
+                 "it was sealed against further seals by the client",
+                 seals < 0 ? 0 : (unsigned)seals);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (fallocate(fd, 0, 0, (off_t)bytes) != 0) {
+        int err = errno;
+        snprintf(msg, msg_len,
+                 "the pages of %zu bytes of shared memory cannot be held (fallocate: %s): the "
+                 "system has no room for them, or the client freed them before saying Mapped",
+                 bytes, strerror(err));
+        return status_of_errno(err);
+    }
+    return TF_OK;
 }
 
 /* Huge pages are tried for buffers of whole 2 MiB pages from this size on. */
@@ -73,7 +112,7 @@ static int memfd_create_huge(size_t bytes, void **map, size_t *mapped, int *fd) 
     if (f < 0) return -1;
     void *p = MAP_FAILED;
     /* The reservation at mmap fails at once when the pool is short; faults never SIGBUS later. */
-    if (ftruncate(f, (off_t)bytes) == 0 && fcntl(f, F_ADD_SEALS, SEALS) == 0)
+    if (ftruncate(f, (off_t)bytes) == 0 && fcntl(f, F_ADD_SEALS, CREATE_SEALS) == 0)
         p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
     if (p == MAP_FAILED) {
         close(f);
@@ -85,37 +124,65 @@ static int memfd_create_huge(size_t bytes, void **map, size_t *mapped, int *fd) 
     return 0;
 }
 
-tf_status tfd_pinned_create(tfd_backend *be, uint64_t id, size_t bytes, tfd_pinned *out, int *fd,
-                            char *msg, size_t msg_len) {
+size_t tfd_pinned_charge(uint64_t bytes) {
+    long page = sysconf(_SC_PAGESIZE);
+    uint64_t pg = page > 0 ? (uint64_t)page : 4096;
+    return (size_t)((bytes + pg - 1) / pg * pg);
+}
+
+tf_status tfd_pinned_create(uint64_t id, size_t bytes, tfd_pinned *out, int *fd, char *msg,
+                            size_t msg_len) {
     memset(out, 0, sizeof *out);
     out->id = id;
     out->bytes = bytes;
-    tf_status st = TF_OK;
-    if (memfd_create_huge(bytes, &out->map, &out->mapped, fd) == 0) {
+    out->charged = tfd_pinned_charge(bytes);
+    out->fd = -1;
+    int f = -1;
+    if (memfd_create_huge(bytes, &out->map, &out->mapped, &f) == 0) {
         out->huge = 1;
     } else {
-        st = tfd_memfd_create("tenferro-pinned", bytes, &out->map, &out->mapped, fd, msg, msg_len);
+        tf_status st =
+            tfd_memfd_create("tenferro-pinned", bytes, &out->map, &out->mapped, &f, msg, msg_len);
         if (st != TF_OK) return st;
         /* Where shared memory may take transparent huge pages on request, ask (else a no-op). */
         if (bytes >= HUGE_FROM_BYTES) (void)madvise(out->map, out->mapped, MADV_HUGEPAGE);
     }
+    /* The daemon keeps a descriptor until the client says Mapped: sealing needs one. */
+    *fd = fcntl(f, F_DUPFD_CLOEXEC, 0);
+    if (*fd < 0) {
+        int err = errno;
+        munmap(out->map, out->mapped);
+        close(f);
+        out->map = NULL;
+        snprintf(msg, msg_len, "cannot pass a pinned buffer of %zu bytes: %s", bytes, strerror(err));
+        return status_of_errno(err);
+    }
+    out->fd = f;
+    return TF_OK;
+}
+
+tf_status tfd_pinned_seal(tfd_backend *be, tfd_pinned *b, char *msg, size_t msg_len) {
+    tf_status st = tfd_memfd_seal(b->fd, b->bytes, msg, msg_len); /* the file's size: it may not grow */
+    close(b->fd);
+    b->fd = -1;
+    if (st != TF_OK) return st;
+    /* Registered only now: the pages page-locked for DMA are the ones the seal holds in the file. */
     if (be->vt->host_register) {
         char why[256] = "";
-        st = be->vt->host_register(be, out->map, out->mapped, why, sizeof why);
+        st = be->vt->host_register(be, b->map, b->mapped, why, sizeof why);
         if (st != TF_OK) {
-            snprintf(msg, msg_len, "cannot pin a buffer of %zu bytes on %s: %s", bytes,
+            snprintf(msg, msg_len, "cannot pin a buffer of %zu bytes on %s: %s", b->bytes,
                      be->vt->name, why);
-            munmap(out->map, out->mapped);
-            close(*fd);
-            *fd = -1;
             return st;
         }
-        out->registered = 1;
+        b->registered = 1;
     }
     return TF_OK;
 }
 
 void tfd_pinned_destroy(tfd_backend *be, tfd_pinned *b) {
+    if (b->fd >= 0) close(b->fd);
+    b->fd = -1;
     if (b->registered && be->vt->host_unregister) be->vt->host_unregister(be, b->map);
     b->registered = 0;
     if (b->map && munmap(b->map, b->mapped) != 0)
@@ -139,18 +206,30 @@ tfd_pinned *tfd_pinned_table_find(tfd_pinned_table *t, uint64_t id) {
     return tf__id_table_find(&t->map, id);
 }
 
+/* Not sealed and never refused: being created, or waiting for Mapped with a descriptor held. */
+static int unsealed(const tfd_pinned *b) { return !b->sealed && b->seal_status == TF_OK; }
+
 int tfd_pinned_table_insert(tfd_pinned_table *t, const tfd_pinned *b) {
     if (tf__id_table_insert(&t->map, b) != 0) return -1;
     t->count++;
-    t->bytes += b->bytes;
+    t->bytes += b->charged;
+    if (unsealed(b)) t->unsealed++;
     return 0;
+}
+
+void tfd_pinned_table_sealed(tfd_pinned_table *t, tfd_pinned *b, tf_status st) {
+    if (!unsealed(b)) return;
+    t->unsealed--;
+    b->sealed = st == TF_OK;
+    b->seal_status = st;
 }
 
 int tfd_pinned_table_remove(tfd_pinned_table *t, uint64_t id, tfd_pinned *removed) {
     tfd_pinned b;
     if (tf__id_table_remove(&t->map, id, &b) != 0) return -1;
     t->count--;
-    t->bytes -= b.bytes;
+    t->bytes -= b.charged;
+    if (unsealed(&b)) t->unsealed--;
     if (removed) *removed = b;
     return 0;
 }
@@ -182,7 +261,7 @@ void tfd_pinned_table_release(tfd_pinned_table *t, int keep_busy,
             if (tfd_pinned_table_remove(t, p.ids[i], &b) != 0) continue;
             destroy(arg, &b);
             *n += 1;
-            *bytes += b.bytes;
+            *bytes += b.charged;
         }
     }
 }

@@ -4,6 +4,7 @@
  * refusal that says which limit, how much is used and how much was asked.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "daemon/quota.h"
 
@@ -54,15 +55,47 @@ static int refuses(const tfd_quota *q, const char *who, const char *section, con
     return 0;
 }
 
+/*
+ * What the other connections of a uid use, as last summed: a batch is checked
+ * once per operation, and while one connection's batch is validated nobody
+ * else's request is handled, so the sum over the others is taken once per
+ * batch rather than once per operation. Whatever lets another request in
+ * (a frame read, a ring or mailbox request, a slice's yield, a connection
+ * closing) moves the epoch and the sum is taken again. Meanwhile the others'
+ * usage can only fall (their queued work executes), so the cache errs on the
+ * side of the limit. Loop thread only.
+ */
+static struct {
+    const tfd_conn *conn;
+    uint64_t epoch;
+    uint64_t others[N_RESOURCES];
+    int n;
+} uid_cache;
+
+/* Moves whenever a request of any connection may have been handled since the last look. */
+static uint64_t request_epoch(const tfd_server *srv) {
+    const tfd_counters *k = &srv->counters;
+    return k->frames_received + k->ring_requests + k->mailbox_requests + k->loop_yields +
+           k->connections_closed + k->connections_accepted;
+}
+
 /* Sums the usage of every live connection of c's uid into used[]; returns how many there are. */
 static int uid_usage(const tfd_conn *c, uint64_t used[N_RESOURCES]) {
-    int n = 0;
-    for (const tfd_conn *o = c->srv->conns; o; o = o->next) {
-        if (o->uid != c->uid || o->closing) continue;
-        add_usage(o, used);
-        n++;
+    const uint64_t epoch = request_epoch(c->srv);
+    if (uid_cache.conn != c || uid_cache.epoch != epoch) {
+        memset(&uid_cache, 0, sizeof uid_cache);
+        uid_cache.conn = c;
+        uid_cache.epoch = epoch;
+        uid_cache.n = 1;
+        for (const tfd_conn *o = c->srv->conns; o; o = o->next) {
+            if (o == c || o->uid != c->uid || o->closing) continue;
+            add_usage(o, uid_cache.others);
+            uid_cache.n++;
+        }
     }
-    return n;
+    for (int r = 0; r < N_RESOURCES; r++) used[r] += uid_cache.others[r];
+    add_usage(c, used);
+    return uid_cache.n;
 }
 
 /* Holds what a request asks for (ask[], per resource) against the client and the uid quota. */

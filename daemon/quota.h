@@ -16,9 +16,9 @@
  *    BufferFree gives the room back at once. The daemon-wide limit on pinned
  *    memory ([daemon] max_pinned_bytes) is checked by BufferCreate itself.
  *
- * A limit of 0 is unlimited. With every limit 0 (the default) a check returns
- * at once; the per-uid sum walks the connection list only when a uid limit is
- * set. Loop thread only.
+ * A limit of 0 is unlimited. With every limit 0 a check returns at once; the
+ * per-uid sum walks the connection list once per batch (quota.c). Loop
+ * thread only.
  */
 #ifndef TENFERRO_DAEMON_QUOTA_H
 #define TENFERRO_DAEMON_QUOTA_H

@@ -38,21 +38,26 @@ static int free_outstanding(const tfd_ring *r) {
     return -1;
 }
 
-/* The frames a ring may carry: the hot path's, each answered by exactly one reply. */
+/*
+ * The frames a ring may carry: the hot path's, each answered by exactly one
+ * reply. A request without a reply (SessionRelease, Free) would hold its
+ * place in the table of requests to answer for ever, so it is refused.
+ */
 static int ring_body_allowed(Tenferro__Frame__BodyCase body) {
-    return body == TENFERRO__FRAME__BODY_SUBMIT || body == TENFERRO__FRAME__BODY_SESSION_OPEN ||
-           body == TENFERRO__FRAME__BODY_SESSION_RELEASE;
+    return body == TENFERRO__FRAME__BODY_SUBMIT || body == TENFERRO__FRAME__BODY_SESSION_OPEN;
 }
 
 /*
  * Takes the entry at the ring's tail, if it may run now: 1 with it decoded in
- * *out, 0 when there is none or it must wait, -1 when the connection was
- * ended over it.
+ * *out, 2 when it was refused (answered in the ring), 0 when there is none or
+ * it must wait, -1 when the connection was ended over it.
  */
 static int take_entry(tfd_conn *c, Tenferro__Frame **out) {
     tfd_ring *r = &c->ring;
     uint64_t head = __atomic_load_n(&r->header->req_head, __ATOMIC_ACQUIRE);
     if (head == r->req_tail) return 0;
+    /* An entry waits while the client's unread replies are at their limit (memory-limits.c). */
+    if (!tfd_memory_input_may_go(c)) return 0;
     uint64_t avail = head - r->req_tail;
     if (head < r->req_tail || avail > TF_RING_REQUEST_BYTES || avail < sizeof(tf_ring_entry)) {
         tfd_conn_fail(c, "submission ring: req_head %llu is not within %u bytes after the %llu "
@@ -92,15 +97,24 @@ static int take_entry(tfd_conn *c, Tenferro__Frame **out) {
                       e.bytes, tf_status_name(st));
         return -1;
     }
-    if (frame->seq != e.seq || !ring_body_allowed(frame->body_case)) {
-        tfd_conn_fail(c, "submission ring: %s",
-                      frame->seq != e.seq
-                          ? "an entry's frame carries another sequence number than its header"
-                          : "only Submit, SessionOpen and SessionRelease frames may travel in the ring");
+    if (frame->seq != e.seq) {
+        tfd_conn_fail(c, "submission ring: an entry's frame carries another sequence number than "
+                         "its header");
         tf__frame_free(frame);
         return -1;
     }
     r->outstanding[place] = e.seq;
+    if (!ring_body_allowed(frame->body_case)) {
+        /* Refused in the ring itself, in order: the entry is answered and the ring goes on. */
+        int body = (int)frame->body_case;
+        c->dispatched_seq = e.seq;
+        tf__frame_free(frame);
+        tfd_conn_reply(c, e.seq, TF_ERR_INVALID_ARGUMENT,
+                       "submission ring: only Submit and SessionOpen frames may travel in the ring "
+                       "(body %d does not): send it on the socket",
+                       body);
+        return c->closing ? -1 : 2;
+    }
     *out = frame;
     return 1;
 }
@@ -114,9 +128,10 @@ int tfd_conn_poll_ring(tfd_conn *c) {
     tfd_conn_reap_transfers(c);
     while (c->ring.header && !c->closing && !c->paused && handled < ENTRIES_PER_POLL) {
         Tenferro__Frame *frame = NULL;
-        if (take_entry(c, &frame) <= 0) break;
+        int taken = take_entry(c, &frame);
+        if (taken <= 0) break;
         c->srv->counters.ring_requests++;
-        tfd_conn_dispatch_frame(c, frame);
+        if (taken == 1) tfd_conn_dispatch_frame(c, frame);
         handled++;
     }
     return handled;

@@ -1,7 +1,7 @@
 /*
  * The submission ring (include/tenferro/wire.h, docs/transfers.md "The
- * submission ring"): a connection's Submit, SessionOpen and SessionRelease
- * frames written into shared memory instead of the socket, and their replies
+ * submission ring"): a connection's Submit and SessionOpen frames (the
+ * requests answered by exactly one reply) written into shared memory instead of the socket, and their replies
  * written back there. Each entry is copied out of the shared page, decoded
  * and handled exactly like the same frame read from the socket; the client
  * can change the page at any time and cannot make the daemon act on bytes it

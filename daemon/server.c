@@ -169,30 +169,12 @@ void tfd_server_reload(tfd_server *srv) {
         next.caches.fftw_planner != cur->caches.fftw_planner ||
         strcmp(next.caches.fftw_wisdom, cur->caches.fftw_wisdom) != 0)
         tfd_log(TFD_LOG_WARN, "reload: [caches] settings change only at restart; keeping the running ones");
-    cur->max_clients = next.max_clients;
-    cur->max_pinned_bytes = next.max_pinned_bytes;
-    cur->log_level = next.log_level;
-    cur->policy = next.policy;
-    cur->wait_deadline_ms = next.wait_deadline_ms;
-    cur->client_quota = next.client_quota;
-    cur->uid_quota = next.uid_quota;
-    memcpy(cur->allowed, next.allowed, sizeof cur->allowed);
-    cur->n_allowed = next.n_allowed;
-    memcpy(cur->admins, next.admins, sizeof cur->admins);
-    cur->n_admins = next.n_admins;
-    memcpy(cur->priorities, next.priorities, sizeof cur->priorities);
-    cur->n_priorities = next.n_priorities;
+    /* Every setting the table marks reloadable, and nothing else (config.c). */
+    tfd_config_apply_runtime(cur, &next);
     tfd_log_set_level((tfd_log_level)cur->log_level);
-    cur->busy_poll_us = next.busy_poll_us;
-    cur->ring_spin_us = next.ring_spin_us;
-    cur->idle_poll_max_us = next.idle_poll_max_us;
     apply_busy_poll(srv);
-    cur->contraction_plans = next.contraction_plans;
     tfd_contract_cache_set_capacity(tfd_contract_plans(), cur->contraction_plans);
-    cur->max_graph_nodes = next.max_graph_nodes;
-    cur->max_prepared = next.max_prepared;
-    cur->peers_allow_cross_uid = next.peers_allow_cross_uid;
-    cur->peers_copy_timeout_ms = next.peers_copy_timeout_ms;
+    tfd_memory_limits_changed(srv); /* connections waiting for room look again */
     tfd_log(TFD_LOG_INFO, "configuration reloaded from %s",
             srv->startup.config_path[0] ? srv->startup.config_path : "the command line");
     tfd_notify_reloaded();
@@ -227,6 +209,7 @@ void tfd_server_begin_shutdown(tfd_server *srv) {
         uv_close((uv_handle_t *)&srv->sig_term, NULL);
         uv_close((uv_handle_t *)&srv->sig_int, NULL);
         uv_close((uv_handle_t *)&srv->sig_hup, NULL);
+        tfd_heap_trim_close(&srv->heap_trim);
         tfd_executor_stop(srv->ex);
     }
 }
@@ -319,6 +302,7 @@ int tfd_server_run(const tfd_options *opt, const tfd_startup *startup) {
     uv_signal_init(srv->loop, &srv->sig_hup);
     srv->sig_hup.data = srv;
     uv_signal_start(&srv->sig_hup, on_hup, SIGHUP);
+    tfd_heap_trim_init(&srv->heap_trim, srv->loop);
 
     tfd_log(TFD_LOG_INFO, "tenferrod %s serving %s on %s (%d worker%s, policy %s)",
             TFD_VERSION_STRING, srv->backend.description, srv->opt.socket_path, workers,

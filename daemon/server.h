@@ -10,6 +10,7 @@
 
 #include "daemon/backend/backend.h"
 #include "daemon/busy-poll.h"
+#include "daemon/heap-trim.h"
 #include "daemon/counters.h"
 #include "daemon/executor.h"
 #include "daemon/options.h"
@@ -45,6 +46,7 @@ typedef struct tfd_server {
     char device_error[512]; /* why the device was declared lost, "" while healthy */
     uv_timer_t watchdog;    /* bounds a shutdown after the device was lost */
     tfd_busy_poll busy_poll; /* the loop's and completion thread's polling window */
+    tfd_heap_trim heap_trim; /* freed heap given back once clients have gone (heap-trim.c) */
     int mailboxes_polled;    /* the loop polls submission mailboxes now (mailbox.c) */
     struct tfd_offer *offers; /* tensors offered to other daemons (peer-offer.c) */
 } tfd_server;

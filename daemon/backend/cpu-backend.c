@@ -9,6 +9,7 @@
  * vtable the executor sees, and makes (at open) and ends (at close) the
  * backend's one piece of state, the daemon-wide FFTW plan cache.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,15 @@
  * killer) or to a sanitizer's allocation limit, which would abort the daemon.
  */
 static size_t physical_bytes = SIZE_MAX;
+
+/*
+ * The cpu device's memory: tensors of all clients together may hold half the
+ * physical memory (pinned buffers have the other half, [daemon]
+ * max_pinned_bytes). Past it an allocation is TF_ERR_NO_MEMORY for the client
+ * that asked, where the kernel's overcommit would let the OOM killer end the
+ * daemon and every client with it.
+ */
+static _Atomic size_t live_bytes;
 
 /* A logical stream: CPU work needs no queue, but the executor expects a distinct handle. */
 typedef struct cpu_stream {
@@ -115,6 +125,11 @@ static tf_status cpu_alloc(tfd_backend *be, void *stream, size_t bytes, void **p
     if (bytes > physical_bytes || bytes > SIZE_MAX - (CPU_ALIGN - 1)) return TF_ERR_NO_MEMORY;
     size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
     if (rounded < CPU_ALIGN) rounded = CPU_ALIGN;
+    size_t before = atomic_fetch_add_explicit(&live_bytes, rounded, memory_order_relaxed);
+    if (before + rounded > physical_bytes / 2) {
+        atomic_fetch_sub_explicit(&live_bytes, rounded, memory_order_relaxed);
+        return TF_ERR_NO_MEMORY;
+    }
     /*
      * Small tensors take a kept block (cpu-blocks.h) or malloc's fast path
      * (16-byte aligned, enough for every dtype); aligned_alloc costs a third
@@ -127,7 +142,10 @@ static tf_status cpu_alloc(tfd_backend *be, void *stream, size_t bytes, void **p
     } else {
         p = aligned_alloc(CPU_ALIGN, rounded);
     }
-    if (p == NULL) return TF_ERR_NO_MEMORY;
+    if (p == NULL) {
+        atomic_fetch_sub_explicit(&live_bytes, rounded, memory_order_relaxed);
+        return TF_ERR_NO_MEMORY;
+    }
     *ptr = p;
     return TF_OK;
 }
@@ -135,6 +153,10 @@ static tf_status cpu_alloc(tfd_backend *be, void *stream, size_t bytes, void **p
 static void cpu_free(tfd_backend *be, void *stream, void *ptr, size_t bytes) {
     (void)be;
     (void)stream;
+    if (!ptr) return;
+    size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    if (rounded < CPU_ALIGN) rounded = CPU_ALIGN;
+    atomic_fetch_sub_explicit(&live_bytes, rounded, memory_order_relaxed);
     if (bytes > CPU_SMALL_BYTES || !tfd_cpu_block_give(ptr)) free(ptr);
 }
 

@@ -44,8 +44,11 @@ tf_status tfd_peer_memfd_map(const tfd_peer_memory *in, size_t bytes, const void
                              void **base, size_t *mapped, char *msg, size_t msg_len) {
     struct stat st;
     int seals = fcntl(in->fd, F_GET_SEALS);
-    if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(in->fd, &st) != 0) {
-        snprintf(msg, msg_len, "the other daemon's memory is not a memfd sealed against shrinking");
+    /* Sealed against shrinking and writing: no hole can be punched under the read below either. */
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_WRITE)) != (F_SEAL_SHRINK | F_SEAL_WRITE) ||
+        fstat(in->fd, &st) != 0) {
+        snprintf(msg, msg_len,
+                 "the other daemon's memory is not a memfd sealed against shrinking and writing");
         return TF_ERR_PEER;
     }
     if (in->offset > (uint64_t)st.st_size || bytes > (uint64_t)st.st_size - in->offset) {

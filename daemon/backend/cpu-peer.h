@@ -21,7 +21,7 @@ tf_status tfd_peer_memfd_export(const void *ptr, size_t bytes, tfd_peer_memory *
 /*
  * Maps the `bytes` another daemon described in `in` read-only: *data points
  * at them; tfd_peer_memfd_unmap(*base, *mapped) undoes it. Refuses a
- * descriptor that is not a memfd sealed against shrinking, or too short.
+ * descriptor that is not a memfd sealed against shrinking and writing, or too short.
  */
 tf_status tfd_peer_memfd_map(const tfd_peer_memory *in, size_t bytes, const void **data,
                              void **base, size_t *mapped, char *msg, size_t msg_len);

@@ -38,6 +38,18 @@ typedef struct tf_client_info {
     int32_t priority;              /* stream priority class (lower runs first) */
     uint64_t pinned_bytes;
     uint64_t receive_buffer_bytes; /* input buffered for its unfinished frames */
+    uint32_t charged_uid;          /* the uid [limits] max_clients_per_uid counts it for: its
+                                      own, or for another daemon's connection fetching a copy,
+                                      the uid of the client that asked for the copy */
+    uint32_t takes;                /* copies from another daemon in progress (0 or 1) */
+    uint64_t reply_bytes;          /* replies queued for it and not yet read, Download replies
+                                      reserved ([limits] client_reply_bytes) */
+    uint64_t decode_bytes;         /* decode budget of its large frame being decoded, else 0 */
+    uint64_t pinned_buffers;       /* its pinned buffers ([limits] max_buffers_per_client) */
+    uint64_t mappings;             /* the daemon's mappings of its memory: buffers, completion page */
+    uint64_t descriptors;          /* descriptors the daemon holds for it: socket, memfds not Mapped */
+    uint64_t prepared;             /* prepared graphs it holds ([limits] max_prepared) */
+    uint32_t queued_requests;      /* its requests waiting for the execution domain (0 or 1) */
 } tf_client_info;
 
 /* The execution domain's reservation. */

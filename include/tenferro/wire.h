@@ -88,8 +88,9 @@ typedef struct tf_mailbox {
  * stores req_tail past it. A reply to a ring request is written at rep_head
  * in the reply area; the daemon then stores rep_head, increments rep_count
  * and wakes a FUTEX_WAIT on rep_count when client_sleeping is 1. The client
- * reads it and stores rep_tail past it. Only Submit, SessionOpen and
- * SessionRelease frames may travel in the ring; a frame is sent on the
+ * reads it and stores rep_tail past it. Only Submit and SessionOpen frames
+ * (each answered by one reply) may travel in the ring; any other entry is
+ * answered in the ring with TF_ERR_INVALID_ARGUMENT. A frame is sent on the
  * socket only once every ring request has been answered, and the reverse.
  */
 typedef struct tf_ring_header {

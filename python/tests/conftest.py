@@ -7,10 +7,12 @@ Environment, as the C integration harness (tests/integration/harness.h):
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +32,19 @@ REAL = [np.float32, np.float64]
 COMPLEX = [np.complex64, np.complex128]
 
 _counter = [0]
+_runtime_dir = [""]
+
+
+def runtime_dir() -> str:
+    """The directory this test session's daemons share, as the daemons of one host share
+    /run/tenferro: a copy between daemons (Tensor.copy_to) reaches only a socket of the
+    receiving daemon's own directory. Made at first use, removed at exit."""
+    if not _runtime_dir[0]:
+        path = f"/tmp/tf-pytest-{os.getpid()}"
+        os.makedirs(path, mode=0o711, exist_ok=True)
+        _runtime_dir[0] = path
+        atexit.register(shutil.rmtree, path, True)
+    return _runtime_dir[0]
 
 
 class Daemon:
@@ -38,7 +53,7 @@ class Daemon:
     def __init__(self, *extra: str):
         _counter[0] += 1
         tag = f"{os.getpid()}-{_counter[0]}"
-        self.socket = f"/tmp/tf-pytest-{tag}.sock"
+        self.socket = f"{runtime_dir()}/tenferrod-{_counter[0]}.sock"
         self.log_path = f"/tmp/tf-pytest-{tag}.log"
         args = [DAEMON, "--socket", self.socket, "--device", DEVICE, "--log-level", "info", *extra]
         self.log = open(self.log_path, "w")

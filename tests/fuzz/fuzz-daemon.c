@@ -6,12 +6,14 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -202,6 +204,8 @@ static int seq_sent(const fz_client *cl, uint64_t seq) {
     return cl->seq_cap && cl->seqs[seq_slot(cl, seq)] == seq;
 }
 
+int fz_sent(const fz_client *cl, uint64_t seq) { return seq && seq_sent(cl, seq); }
+
 static void note_seq(fz_client *cl, uint64_t seq) {
     if (seq == 0 || seq_sent(cl, seq)) return;
     if ((cl->n_seqs + 1) * 2 > cl->seq_cap) {
@@ -251,6 +255,9 @@ static void note_sent(fz_client *cl, const uint8_t *bytes, size_t len) {
             return;
         }
         note_seq(cl, f->seq);
+        /* What a ring entry's after_seq names: doorbells only wake, and are not waited for. */
+        if (f->body_case != TENFERRO__FRAME__BODY_MAILBOX_DOORBELL && f->seq > cl->max_seq)
+            cl->max_seq = f->seq;
         tf__frame_free(f);
         at += TF__FRAME_HEADER_BYTES + (size_t)body;
     }
@@ -276,6 +283,10 @@ static void check_replies(fz_client *cl) {
             fz_fail("client %llu: the daemon sent a %u-byte frame that does not decode",
                     (unsigned long long)cl->client_id, len);
         uint64_t seq = f->seq;
+        if (seq == 0 && f->body_case == TENFERRO__FRAME__BODY_RESULT) {
+            cl->last_words++;
+            cl->last_word_status = f->result->status;
+        }
         tf__frame_free(f);
         if (seq && !seq_sent(cl, seq))
             fz_fail("client %llu: the daemon answered sequence number %llu, which this client "
@@ -287,15 +298,21 @@ static void check_replies(fz_client *cl) {
     cl->in_len -= at;
 }
 
-/* Closes every descriptor that rode along with received bytes. */
-static void close_passed_fds(struct msghdr *m) {
+/*
+ * Closes every descriptor that rode along with received bytes, except the
+ * completion page's while fz_hello waits for it (the first to arrive).
+ */
+static void close_passed_fds(fz_client *cl, struct msghdr *m) {
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(m); cm; cm = CMSG_NXTHDR(m, cm)) {
         if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) continue;
         size_t n = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
         for (size_t i = 0; i < n; i++) {
             int fd;
             memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-            close(fd);
+            if (cl->want_page && cl->page_fd < 0)
+                cl->page_fd = fd;
+            else
+                close(fd);
         }
     }
 }
@@ -320,7 +337,7 @@ static void drain(fz_client *cl) {
         struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
                            .msg_controllen = sizeof control.buf};
         ssize_t n = recvmsg(cl->fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-        if (n >= 0) close_passed_fds(&m);
+        if (n >= 0) close_passed_fds(cl, &m);
         if (n > 0) {
             cl->in_len += (size_t)n;
             check_replies(cl);
@@ -335,13 +352,16 @@ static void drain(fz_client *cl) {
     }
 }
 
-/* One turn: the loop without blocking, then every client's socket. */
-static void step(void) {
+/* One turn: the loop without blocking, the poller, then every client's socket. */
+static int step(void) {
     uv_run(&loop, UV_RUN_NOWAIT);
-    tfd_server_poll(&server); /* as the daemon's own loop does each turn */
+    int served = tfd_server_poll(&server); /* as the daemon's own loop does each turn */
     for (int i = 0; i < MAX_CLIENTS; i++)
         if (clients[i]) drain(clients[i]);
+    return served;
 }
+
+int fz_turn(void) { return step(); }
 
 /* Nothing is in progress that would change the daemon's state without new input. */
 static int quiet(void) {
@@ -372,11 +392,14 @@ static void report_stuck(const char *what) {
 void fz_settle(void) {
     uint64_t start = tfd_now_ms();
     for (;;) {
-        step();
-        /* A completion posted just before the stream's count dropped is taken on the next turn. */
-        if (quiet()) {
-            step();
-            if (quiet()) return;
+        /*
+         * A poller that served something may have more (a ring serves 16
+         * entries a turn): tenferrod's loop polls again before it sleeps,
+         * so the harness does not call that quiet either. A completion posted
+         * just before the stream's count dropped is taken on the next turn.
+         */
+        if (step() == 0 && quiet()) {
+            if (step() == 0 && quiet()) return;
         }
         if (tfd_now_ms() - start > SETTLE_LIMIT_MS) report_stuck("the daemon never got quiet");
         sched_yield();
@@ -386,6 +409,7 @@ void fz_settle(void) {
 int fz_connect(fz_client *cl) {
     memset(cl, 0, sizeof *cl);
     cl->fd = -1;
+    cl->page_fd = -1;
     cl->next_seq = 1;
     if (server.stopping) return -1;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -469,8 +493,29 @@ void fz_hello(fz_client *cl, const char *name) {
     Tenferro__Frame f = TENFERRO__FRAME__INIT;
     f.body_case = TENFERRO__FRAME__BODY_HELLO;
     f.hello = &hello;
+    cl->want_page = 1;
     fz_send_frame(cl, &f);
     fz_settle();
+    cl->want_page = 0;
+    if (cl->page_fd < 0) return; /* refused: no page came */
+    /* Mapped as the client library maps it; the descriptor is not needed after that. */
+    void *p = mmap(NULL, TF_RING_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, cl->page_fd, 0);
+    close(cl->page_fd);
+    cl->page_fd = -1;
+    if (p == MAP_FAILED) fz_fail("cannot map the completion page: %s", strerror(errno));
+    cl->page = p;
+    if (cl->skip_mapped) return;
+    fz_mapped(cl, 0);
+    fz_settle();
+}
+
+void fz_mapped(fz_client *cl, uint64_t buffer) {
+    Tenferro__Mapped m = TENFERRO__MAPPED__INIT;
+    m.buffer = buffer;
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    f.body_case = TENFERRO__FRAME__BODY_MAPPED;
+    f.mapped = &m;
+    fz_send_frame(cl, &f);
 }
 
 void fz_hangup(fz_client *cl) {
@@ -532,6 +577,8 @@ void fz_finish(fz_client *list, int n) {
     int fds = count_fds();
     if (fds != baseline_fds) fz_fail("%d descriptors open, %d at the baseline", fds, baseline_fds);
     for (int i = 0; i < n; i++) {
+        if (list[i].page) munmap(list[i].page, TF_RING_MAP_BYTES);
+        list[i].page = NULL;
         free(list[i].in);
         free(list[i].out);
         free(list[i].seqs);
@@ -540,4 +587,102 @@ void fz_finish(fz_client *list, int n) {
         list[i].in_len = list[i].in_cap = list[i].out_len = list[i].out_cap = 0;
         list[i].n_seqs = list[i].seq_cap = 0;
     }
+}
+
+/* The race in progress: its words, the thread, and how it is told to stop. */
+static struct {
+    fz_race_word words[FZ_RACE_WORDS];
+    int n;
+    pthread_t thread;
+    int running;
+    int stop;        /* atomic: set by fz_race_stop */
+    uint64_t rounds; /* atomic: rounds made so far */
+} race;
+
+/* Stores v into one word, atomically where it is aligned (the daemon's reads are atomic loads). */
+static void race_store(const fz_race_word *w, uint64_t v) {
+    uintptr_t a = (uintptr_t)w->at;
+    if (w->width == 8 && a % 8 == 0) {
+        __atomic_store_n((uint64_t *)w->at, v, __ATOMIC_RELAXED);
+    } else if (w->width == 4 && a % 4 == 0) {
+        __atomic_store_n((uint32_t *)w->at, (uint32_t)v, __ATOMIC_RELAXED);
+    } else if (w->width == 1) {
+        __atomic_store_n((uint8_t *)w->at, (uint8_t)v, __ATOMIC_RELAXED);
+    } else {
+        /* Unaligned (an entry a raw input put anywhere): byte by byte, as torn as a client's. */
+        for (int i = 0; i < w->width; i++)
+            __atomic_store_n((uint8_t *)w->at + i, (uint8_t)(v >> (8 * i)), __ATOMIC_RELAXED);
+    }
+}
+
+/* A xorshift generator: the writer's choices (its timing is what varies between runs). */
+static uint64_t race_next(uint64_t *x) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/*
+ * The writer. A field checked and then read again is read twice a few
+ * instructions apart, so what matters is how often one word changes: in
+ * phases of 64 rounds only about a quarter of the words are written when
+ * there are more than six (a short round, so each changes often), the
+ * others keep their last value,
+ * and each phase picks anew, so over the phases every word is hammered and
+ * every mix of old and new values meets the daemon's reads. A word written
+ * changes in three rounds out of four, to another of its values. It yields
+ * every 256 rounds: on a machine of two cores the loop thread and the
+ * executor's worker must run too.
+ */
+static void *race_main(void *arg) {
+    (void)arg;
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    uint64_t rounds = 0, active = 0;
+    int cur[FZ_RACE_WORDS] = {0};
+    while (!__atomic_load_n(&race.stop, __ATOMIC_ACQUIRE)) {
+        if (rounds % 64 == 0 && race.n > 0) {
+            /* A few words are all hammered at once; of many, a quarter at a time. */
+            active = race.n <= 6 ? ~0ull : race_next(&x) & race_next(&x);
+            if (!(active & ((1ull << race.n) - 1))) active |= 1ull << (race_next(&x) % (uint64_t)race.n);
+        }
+        for (int i = 0; i < race.n; i++) {
+            const fz_race_word *w = &race.words[i];
+            if (!(active >> i & 1)) continue;
+            uint64_t r = race_next(&x);
+            if (w->n_values > 1 && (r & 3) != 0)
+                cur[i] = (cur[i] + 1 + (int)((r >> 32) % (uint64_t)(w->n_values - 1))) % w->n_values;
+            race_store(w, w->values[cur[i]]);
+        }
+        __atomic_store_n(&race.rounds, ++rounds, __ATOMIC_RELEASE);
+        if (rounds % 256 == 0) sched_yield();
+    }
+    return NULL;
+}
+
+void fz_race_start(const fz_race_word *words, int n) {
+    if (race.running) fz_fail("a race started while another runs");
+    if (n > FZ_RACE_WORDS) n = FZ_RACE_WORDS;
+    race.n = 0;
+    for (int i = 0; i < n; i++)
+        if (words[i].at && words[i].n_values > 0 && words[i].n_values <= FZ_RACE_VALUES &&
+            (words[i].width == 1 || words[i].width == 4 || words[i].width == 8))
+            race.words[race.n++] = words[i];
+    race.stop = 0;
+    race.rounds = 0;
+    /* Every word starts at its first value (the client's own), then the writer moves it. */
+    for (int i = 0; i < race.n; i++) race_store(&race.words[i], race.words[i].values[0]);
+    if (pthread_create(&race.thread, NULL, race_main, NULL) != 0)
+        fz_fail("cannot start the writer thread");
+    race.running = 1;
+    /* The daemon's next read must meet a writer at work, not one still being scheduled. */
+    while (__atomic_load_n(&race.rounds, __ATOMIC_ACQUIRE) == 0) sched_yield();
+}
+
+uint64_t fz_race_stop(void) {
+    if (!race.running) return 0;
+    __atomic_store_n(&race.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(race.thread, NULL);
+    race.running = 0;
+    return race.rounds;
 }

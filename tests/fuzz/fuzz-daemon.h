@@ -9,8 +9,10 @@
  * file) that the server accepts from with tfd_conn_accept, as tenferrod
  * does; the harness writes the client's bytes into its end and drains and
  * discards what the daemon sends back (closing any descriptor that rides
- * along), after checking that every reply is a well-formed frame that
- * answers a sequence number this client sent (or 0, the daemon's own word).
+ * along, except the completion page of the HelloReply, which it maps as a
+ * client does before it says Mapped), after checking that every reply is a
+ * well-formed frame that answers a sequence number this client sent (or 0,
+ * the daemon's own word).
  *
  * After each input, fz_finish closes every client, runs the loop until every
  * connection is freed, and checks that the server is back at its baseline:
@@ -52,6 +54,21 @@ typedef struct fz_client {
     int out_done;       /* past a frame the daemon refuses: it reads nothing more */
     uint64_t *seqs;     /* sequence numbers sent (open addressing, 0 = empty slot) */
     size_t n_seqs, seq_cap;
+    uint64_t max_seq;   /* the highest sequence number sent on the socket, doorbells aside */
+    /*
+     * The client's own mapping of its completion page (TF_RING_MAP_BYTES:
+     * slots, mailbox, ring), made from the memfd of its HelloReply as a real
+     * client does; NULL before that or when the Hello was refused. It stays
+     * mapped until fz_finish, whatever becomes of the connection, so a
+     * target may write it at any time (a writer thread among them).
+     */
+    uint8_t *page;
+    int page_fd;        /* while the harness waits for the HelloReply: its descriptor, else -1 */
+    int want_page;      /* keep the first descriptor that arrives as the page */
+    int skip_mapped;    /* fz_hello leaves Mapped(0) to the input */
+    /* The daemon's last words: Results with sequence number 0 (the reason a connection ends). */
+    unsigned last_words;
+    uint32_t last_word_status;
 } fz_client;
 
 /* Starts the server once per process (idempotent); quiets the daemon's log. */
@@ -100,13 +117,54 @@ void fz_send_body(fz_client *cl, const void *body, size_t len);
 /* Encodes and sends a frame; its seq is set from the client's counter when 0. */
 void fz_send_frame(fz_client *cl, Tenferro__Frame *frame);
 
-/* Sends the handshake (the current protocol version and a name) and settles. */
+/*
+ * Sends the handshake (the current protocol version and a name) and settles;
+ * when the daemon answered with its completion page, maps it (cl->page) and,
+ * unless cl->skip_mapped, says Mapped(0) and settles again, as the client
+ * library does: only then does the daemon use the mailbox and the ring.
+ */
 void fz_hello(fz_client *cl, const char *name);
+
+/* 1 when the client sent a frame of sequence number seq on its socket. */
+int fz_sent(const fz_client *cl, uint64_t seq);
+
+/* Sends Mapped{buffer}: the client has mapped that memfd (0: its completion page). */
+void fz_mapped(fz_client *cl, uint64_t buffer);
+
+/*
+ * One turn of the daemon's loop as fz_settle runs it: the loop without
+ * blocking, the poller (mailboxes, rings, loop copies), every client's
+ * socket drained. Returns what the poller served.
+ */
+int fz_turn(void);
+
+/*
+ * Words changing between reads: a thread of the fuzz process that keeps
+ * storing into shared memory while the daemon reads it, as a hostile client
+ * would. Each word is a field (1, 4 or 8 bytes wide) and the values the
+ * thread alternates between, picked anew each round, so every mix of old
+ * and new values is seen. fz_race_start returns once the thread has made its
+ * first round; fz_race_stop stops and joins it. One race at a time; the
+ * memory must stay mapped until the race stops (the client's own mapping).
+ */
+#define FZ_RACE_WORDS 24
+#define FZ_RACE_VALUES 4
+typedef struct fz_race_word {
+    void *at;
+    int width;
+    int n_values;
+    uint64_t values[FZ_RACE_VALUES];
+} fz_race_word;
+void fz_race_start(const fz_race_word *words, int n);
+/* Stops the race; returns the rounds the thread made. */
+uint64_t fz_race_stop(void);
 
 /*
  * Runs the loop until it is quiet: no work on any stream, no thread-pool
- * request, no write, no held reply, no connection half closed; drains every
- * client meanwhile. Aborts if that takes more than a few seconds.
+ * request, no write, no held reply, no connection half closed, and a poller
+ * that found nothing to serve (as tenferrod's loop, which polls again before
+ * it sleeps while the poller serves); drains every client meanwhile. Aborts
+ * if that takes more than a few seconds.
  */
 void fz_settle(void);
 

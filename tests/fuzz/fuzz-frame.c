@@ -2,8 +2,9 @@
  * libFuzzer target: the frame decoder and the dispatcher, with every real
  * handler behind it, over the in-process daemon of fuzz-daemon.c. The input
  * is what one or two clients send (layout in fuzz-input.h): by default a
- * stream of frames behind a valid Hello from the harness, so that the
- * fuzzer reaches the handlers at once; in raw mode the bytes as they are,
+ * stream of frames behind a valid Hello and Mapped(0) from the harness, so
+ * that the fuzzer reaches the handlers (and the completion page, the
+ * mailbox and the ring behind Mapped) at once; in raw mode the bytes as they are,
  * length headers included. After the input every client hangs up and the
  * server must be back at its baseline; a crash, a sanitizer report, a reply
  * that does not decode, a hang or anything left behind is a finding.
@@ -30,6 +31,7 @@ static uint8_t flags;
 static int connect_client(fz_client *cl) {
     if (fz_connect(cl) != 0) return -1;
     if (flags & FZ_FRAME_SLOW_READER) fz_slow_reader(cl);
+    cl->skip_mapped = (flags & FZ_FRAME_NO_MAPPED) != 0;
     return 0;
 }
 

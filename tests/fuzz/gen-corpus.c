@@ -2,12 +2,16 @@
  * Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/)
  * in the layouts of fuzz-input.h: for fuzz-frame, valid exchanges with every
  * request type (each operation kind among them) and a few broken streams;
- * for fuzz-mailbox, valid and refused mailbox requests around the frames that
- * touch the same transfers; for fuzz-config, configuration files, flags and
+ * Mapped frames where a client sends them and in odd places; for
+ * fuzz-mailbox, valid and refused mailbox requests around the frames that
+ * touch the same transfers, some with a writer thread racing the daemon;
+ * for fuzz-ring, entries of the submission ring (Submit and SessionOpen
+ * frames, refused bodies, broken headers, wraps, header words) published
+ * in the ways a client does; for fuzz-config, configuration files, flags and
  * settings. Every frame is encoded with the generated protobuf-c code, so
  * the seeds follow the .proto. The output is deterministic.
  *
- *   gen-corpus DIR      writes DIR/frame, DIR/mailbox and DIR/config
+ *   gen-corpus DIR      writes DIR/frame, DIR/mailbox, DIR/ring, DIR/config and DIR/graph
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +22,7 @@
 #include "common/completion.h"
 #include "common/frame.h"
 #include "common/ops.h"
+#include "common/ring.h"
 #include "tests/fuzz/fuzz-input.h"
 
 /* One seed being written. */
@@ -48,7 +53,7 @@ static void put_u16(seed *s, size_t v) {
 /* Starts a seed with its flags byte. */
 static void begin(seed *s, uint8_t flags) {
     memset(s, 0, sizeof *s);
-    s->seq = 1; /* the harness's Hello */
+    s->seq = 2; /* the harness's Hello and Mapped(0) */
     put_u8(s, flags);
 }
 
@@ -294,6 +299,16 @@ static void put_doorbell_op(seed *s, uint8_t op) {
     put_frame_op(s, op, &f);
 }
 
+static void put_mapped_op(seed *s, uint8_t op, uint64_t buffer) {
+    Tenferro__Mapped m = TENFERRO__MAPPED__INIT;
+    m.buffer = buffer;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_MAPPED);
+    f.mapped = &m;
+    put_frame_op(s, op, &f);
+}
+
+static void put_mapped(seed *s, uint64_t buffer) { put_mapped_op(s, FZ_OP_FRAME, buffer); }
+
 /* ---- fuzz-frame seeds ---- */
 
 static const int64_t shape4[] = {4}, shape23[] = {2, 3}, shape32[] = {3, 2}, shape22[] = {2, 2},
@@ -360,6 +375,116 @@ static void frame_ops(void) {
             (op_spec){.kind = TF__OP_MATMUL, .in = {1, 2}, .n_in = 2, .out = 3});
     seed_op("op-free", TF_F32, shape4, 1, shape4, 1,
             (op_spec){.kind = TF__OP_FREE, .in = {1, 2}, .n_in = 2});
+}
+
+/*
+ * Mapped in odd places: an unknown id, the page twice, before the Hello,
+ * before and after its BufferCreate, repeated, for a buffer in a transfer
+ * or being freed, just before a hang-up, for the other client's id, and a
+ * page that stays unsealed while the input uses it.
+ */
+static void frame_mapped(void) {
+    const uint32_t up = TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD,
+                   down = TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD;
+    seed s;
+    Tenferro__Hello h;
+    Tenferro__Frame f;
+
+    begin(&s, 0);
+    put_mapped(&s, 77);
+    put_mapped(&s, 0);
+    put_mapped(&s, UINT64_MAX);
+    put_doorbell_op(&s, FZ_OP_FRAME);
+    put_status(&s);
+    save(&s, "frame", "mapped-unknown-and-repeated");
+
+    begin(&s, FZ_FRAME_NO_HELLO);
+    s.seq = 0;
+    put_mapped(&s, 0);
+    f = hello(&h, TENFERRO__PROTOCOL__PROTOCOL_VERSION, "mapped-first");
+    put_frame(&s, &f);
+    put_mapped(&s, 0);
+    put_doorbell_op(&s, FZ_OP_FRAME);
+    save(&s, "frame", "mapped-before-hello");
+
+    begin(&s, FZ_FRAME_NO_MAPPED);
+    s.seq = 1;
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, shape4, 1, 1);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 5, 4096);
+    put_mapped(&s, 5);
+    put_transfer(&s, up, 5, 1, 0, 0, 16);
+    put_doorbell_op(&s, FZ_OP_FRAME);
+    put_u8(&s, FZ_OP_SETTLE);
+    put_mapped(&s, 0);
+    put_transfer(&s, up, 5, 1, 0, 0, 16);
+    put_u8(&s, FZ_OP_SETTLE);
+    put_transfer_release_op(&s, FZ_OP_FRAME, 0);
+    save(&s, "frame", "mapped-page-late");
+
+    begin(&s, FZ_FRAME_NO_MAPPED);
+    s.seq = 1;
+    put_session_open(&s);
+    put_status(&s);
+    put_u8(&s, FZ_OP_HANGUP);
+    save(&s, "frame", "mapped-page-never");
+
+    begin(&s, 0);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, shape4, 1, 1);
+    put_mapped(&s, 5);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 5, 4096);
+    put_transfer(&s, up, 5, 1, 0, 0, 16);
+    put_mapped(&s, 5);
+    put_transfer(&s, up, 5, 1, 1, 0, 16);
+    put_mapped(&s, 5);
+    put_u8(&s, FZ_OP_SETTLE);
+    put_transfer(&s, down, 5, 1, 2, 16, 16);
+    put_download(&s, 1, 0, 16);
+    save(&s, "frame", "mapped-before-and-after-create");
+
+    begin(&s, 0);
+    put_create(&s, FZ_OP_FRAME, 1, TF_F32, (const int64_t[]){4096}, 1, 0);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 5, 16384);
+    put_mapped(&s, 5);
+    put_transfer(&s, up, 5, 1, 0, 0, 16384);
+    put_mapped(&s, 5);
+    put_buffer_free_op(&s, FZ_OP_FRAME, 5);
+    put_mapped(&s, 5);
+    put_u8(&s, FZ_OP_SETTLE);
+    put_transfer_release_op(&s, FZ_OP_FRAME, 0);
+    put_buffer_free_op(&s, FZ_OP_FRAME, 5);
+    put_mapped(&s, 5);
+    save(&s, "frame", "mapped-buffer-in-transfer");
+
+    begin(&s, 0);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 5, 1 << 20);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 6, 4096);
+    put_mapped(&s, 5);
+    put_mapped(&s, 6);
+    put_buffer_free_op(&s, FZ_OP_FRAME, 6);
+    put_u8(&s, FZ_OP_HANGUP);
+    save(&s, "frame", "mapped-then-hangup");
+
+    begin(&s, 0);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 5, 4096);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_mapped(&s, 5);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 5, 8192);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_mapped(&s, 5);
+    put_u8(&s, FZ_OP_SWITCH);
+    put_mapped(&s, 5);
+    put_buffer_free_op(&s, FZ_OP_FRAME, 5);
+    save(&s, "frame", "mapped-two-clients");
+
+    begin(&s, FZ_FRAME_SLOW_READER | FZ_FRAME_NO_MAPPED);
+    s.seq = 1;
+    put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4096);
+    put_buffer_create_op(&s, FZ_OP_FRAME, 2, 4096);
+    put_mapped(&s, 2);
+    put_mapped(&s, 0);
+    put_mapped(&s, 1);
+    put_status(&s);
+    save(&s, "frame", "mapped-slow-reader");
 }
 
 static void frame_requests(void) {
@@ -484,6 +609,7 @@ static void frame_requests(void) {
 
     begin(&s, 0);
     put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4096);
+    put_mapped(&s, 1);
     put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4096);
     put_buffer_create_op(&s, FZ_OP_FRAME, 2, 0);
     put_buffer_create_op(&s, FZ_OP_FRAME, 3, (uint64_t)1 << 40);
@@ -494,6 +620,7 @@ static void frame_requests(void) {
     begin(&s, 0);
     put_create(&s, FZ_OP_FRAME, 1, TF_F32, shape4, 1, 1);
     put_buffer_create_op(&s, FZ_OP_FRAME, 5, 4096);
+    put_mapped(&s, 5);
     put_transfer(&s, TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD, 5, 1, 0, 0, 16);
     put_transfer(&s, TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD, 5, 1, 1, 0, 16);
     put_u8(&s, FZ_OP_SETTLE);
@@ -507,6 +634,7 @@ static void frame_requests(void) {
     begin(&s, 0);
     put_create(&s, FZ_OP_FRAME, 1, TF_F32, shape4, 1, 1);
     put_buffer_create_op(&s, FZ_OP_FRAME, 5, 16);
+    put_mapped(&s, 5);
     put_transfer(&s, TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD, 5, 1, 3, 0, 16);
     put_transfer_release_op(&s, FZ_OP_FRAME, 3);
     put_free_op(&s, FZ_OP_FRAME, (const uint64_t[]){1}, 1);
@@ -559,6 +687,7 @@ static void frame_requests(void) {
     put_u8(&s, FZ_OP_SWITCH);
     put_create(&s, FZ_OP_FRAME, 1, TF_F32, (const int64_t[]){32768}, 1, 0);
     put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4 << 20);
+    put_mapped(&s, 1);
     save(&s, "frame", "other-user-quotas");
 
     begin(&s, FZ_FRAME_ONE_CLIENT);
@@ -579,11 +708,15 @@ static void frame_requests(void) {
     put_create(&s, FZ_OP_FRAME, 1, TF_F32, (const int64_t[]){8192}, 1, 1);
     put_download(&s, 1, 0, 32768);
     put_buffer_create_op(&s, FZ_OP_FRAME, 1, 4096);
+    put_mapped(&s, 1);
     put_download(&s, 1, 0, 32768);
     put_buffer_create_op(&s, FZ_OP_FRAME, 2, 4096);
+    put_mapped(&s, 2);
     put_status(&s);
     put_download(&s, 1, 0, 32768);
     save(&s, "frame", "slow-reader-held-replies");
+
+    frame_mapped();
 
     begin(&s, FZ_FRAME_RAW);
     put(&s, "\x64\x00\x00\x00\x08\x02\x9a\x01", 8); /* a 100-byte frame cut short */
@@ -618,28 +751,101 @@ static void put_mailbox(seed *s, uint8_t op, uint32_t state, uint32_t direction,
     put(s, &m, FZ_MAILBOX_REQUEST_BYTES);
 }
 
+/*
+ * Starts a mailbox seed: the preamble's frames (Hello, Mapped(0), three
+ * Uploads, two BufferCreates, two Mapped) took sequence numbers 1 to 9.
+ */
+static void begin_mailbox(seed *s, uint8_t flags) {
+    begin(s, flags);
+    s->seq = 9;
+}
+
+/* A raced MAILBOX record (FZ_MAILBOX_RACE): the request, then the second value of every field. */
+static void put_mailbox_race(seed *s, uint8_t op, const tf__mailbox *a, const tf__mailbox *b) {
+    put_u8(s, op);
+    put(s, a, FZ_MAILBOX_REQUEST_BYTES);
+    put(s, b, FZ_MAILBOX_REQUEST_BYTES);
+}
+
+/* A mailbox head for the raced seeds. */
+static tf__mailbox mailbox_head(uint32_t state, uint32_t direction, uint32_t slot, uint64_t buffer,
+                                uint64_t tensor, uint64_t offset, uint64_t bytes) {
+    tf__mailbox m;
+    memset(&m, 0, sizeof m);
+    m.state = state;
+    m.direction = direction;
+    m.slot = slot;
+    m.buffer = buffer;
+    m.tensor = tensor;
+    m.offset = offset;
+    m.bytes = bytes;
+    return m;
+}
+
+/*
+ * Raced requests (FZ_MAILBOX_RACE): a valid transfer whose fields flip to
+ * values that would overrun the buffer or the tensor, to another buffer or
+ * tensor, another direction or slot, or to a request that waits.
+ */
+static void mailbox_race_seeds(void) {
+    const uint32_t up = TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD,
+                   down = TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD;
+    const uint8_t poll = FZ_MB_OP_MAILBOX, bell = FZ_MB_OP_MAILBOX | FZ_MB_DOORBELL;
+    const uint32_t sub = TF__MAILBOX_SUBMITTED;
+    seed s;
+    tf__mailbox a, b;
+
+    begin_mailbox(&s, FZ_MAILBOX_RACE);
+    a = mailbox_head(sub, up, 0, 1, 1, 0, 64);
+    b = mailbox_head(sub, up, 0, 1, 1, 0, 8192);
+    put_mailbox_race(&s, poll, &a, &b);
+    b = mailbox_head(sub, up, 0, 2, 1, 0, 64);
+    put_mailbox_race(&s, bell, &a, &b);
+    save(&s, "mailbox", "race-bytes-and-buffer");
+
+    begin_mailbox(&s, FZ_MAILBOX_RACE);
+    a = mailbox_head(sub, down, 1, 1, 2, 4096, 4096);
+    b = mailbox_head(sub, down, 1, 1, 3, UINT64_MAX - 4095, 4096);
+    put_mailbox_race(&s, poll, &a, &b);
+    put_u8(&s, FZ_MB_OP_SETTLE);
+    b = mailbox_head(sub, up, TF__COMPLETION_SLOTS + 1, 1, 2, 4096, 1ull << 40);
+    put_mailbox_race(&s, bell, &a, &b);
+    save(&s, "mailbox", "race-offset-and-slot");
+
+    begin_mailbox(&s, FZ_MAILBOX_RACE | FZ_MAILBOX_SUBMIT);
+    a = mailbox_head(sub, up, 2, 2, 3, 0, 4);
+    b = mailbox_head(TF__MAILBOX_IDLE, 7, 2, 9, 9, 60, 4);
+    b.after_seq = 1000;
+    put_mailbox_race(&s, poll, &a, &b);
+    put_u8(&s, FZ_MB_OP_POLLING | FZ_MB_DOORBELL);
+    put_mailbox_race(&s, bell, &b, &a);
+    put_transfer_release_op(&s, FZ_MB_OP_FRAME, 2);
+    put_u8(&s, FZ_MB_OP_POLLING);
+    save(&s, "mailbox", "race-state-and-after-seq");
+}
+
 static void mailbox_seeds(void) {
     const uint32_t up = TENFERRO__TRANSFER_DIRECTION__TRANSFER_UPLOAD,
                    down = TENFERRO__TRANSFER_DIRECTION__TRANSFER_DOWNLOAD;
     const uint8_t poll = FZ_MB_OP_MAILBOX, bell = FZ_MB_OP_MAILBOX | FZ_MB_DOORBELL;
     seed s;
 
-    begin(&s, FZ_MAILBOX_SUBMIT);
+    begin_mailbox(&s, FZ_MAILBOX_SUBMIT);
     put_mailbox(&s, poll, 0, up, 0, 0, 1, 1, 0, 64);
     save(&s, "mailbox", "upload");
 
-    begin(&s, FZ_MAILBOX_SUBMIT);
+    begin_mailbox(&s, FZ_MAILBOX_SUBMIT);
     put_mailbox(&s, bell, 0, down, 2, 0, 1, 2, 4096, 4096);
     put_mailbox(&s, bell, 0, down, 2, 0, 1, 2, 0, 4096);
     save(&s, "mailbox", "download-doorbell");
 
-    begin(&s, 0);
+    begin_mailbox(&s, 0);
     put_mailbox(&s, poll, TF__MAILBOX_SUBMITTED, up, 1, 0, 1, 3, 8188, 4);
     put_mailbox(&s, poll, TF__MAILBOX_ANSWERED, up, 1, 0, 1, 3, 8188, 4);
     put_mailbox(&s, poll, TF__MAILBOX_IDLE, up, 1, 0, 1, 3, 8188, 4);
     save(&s, "mailbox", "states");
 
-    begin(&s, FZ_MAILBOX_SUBMIT);
+    begin_mailbox(&s, FZ_MAILBOX_SUBMIT);
     put_mailbox(&s, poll, 0, 0, 0, 0, 1, 1, 0, 64);
     put_mailbox(&s, poll, 0, up, 0, 0, 9, 1, 0, 64);
     put_mailbox(&s, poll, 0, up, 0, 0, 1, 9, 0, 64);
@@ -649,7 +855,7 @@ static void mailbox_seeds(void) {
     put_mailbox(&s, poll, 0, up, 0, 0, 1, 1, UINT64_MAX - 8, 64);
     save(&s, "mailbox", "refusals");
 
-    begin(&s, FZ_MAILBOX_SUBMIT);
+    begin_mailbox(&s, FZ_MAILBOX_SUBMIT);
     put_mailbox(&s, poll, 0, up, 0, 99, 1, 1, 0, 64);
     put_download_op(&s, FZ_MB_OP_FRAME, 1, 0, 16);
     Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_STATUS_REQUEST);
@@ -661,7 +867,7 @@ static void mailbox_seeds(void) {
     put_doorbell_op(&s, FZ_MB_OP_FRAME);
     save(&s, "mailbox", "after-seq");
 
-    begin(&s, FZ_MAILBOX_SUBMIT);
+    begin_mailbox(&s, FZ_MAILBOX_SUBMIT);
     put_mailbox(&s, poll, 0, up, 0, 0, 1, 1, 0, 64);
     put_mailbox(&s, poll, 0, down, 0, 0, 1, 1, 0, 64);
     put_transfer_release_op(&s, FZ_MB_OP_FRAME, 0);
@@ -672,15 +878,368 @@ static void mailbox_seeds(void) {
     put_buffer_free_op(&s, FZ_MB_OP_FRAME, 1);
     save(&s, "mailbox", "busy-and-release");
 
-    begin(&s, FZ_MAILBOX_SUBMIT);
+    begin_mailbox(&s, FZ_MAILBOX_SUBMIT);
     put_u8(&s, FZ_MB_OP_POLLING | FZ_MB_DOORBELL);
     put_mailbox(&s, poll, 0, down, 5, 0, 2, 3, 60, 4);
     put_u8(&s, FZ_MB_OP_POLLING);
     put_mailbox(&s, bell, 0, down, 6, 0, 2, 3, 0, 4);
     put_create(&s, FZ_MB_OP_FRAME, 9, TF_F32, shape4, 1, 1);
     put_buffer_create_op(&s, FZ_MB_OP_FRAME, 9, 16);
+    put_mapped_op(&s, FZ_MB_OP_FRAME, 9);
     put_mailbox(&s, bell, 0, up, 7, 0, 9, 9, 0, 16);
     save(&s, "mailbox", "polling-and-new-handles");
+
+    /* A buffer not yet Mapped is refused, then works; Mapped again while it is in a transfer. */
+    begin_mailbox(&s, FZ_MAILBOX_SUBMIT);
+    put_buffer_create_op(&s, FZ_MB_OP_FRAME, 9, 4096);
+    put_mailbox(&s, poll, 0, up, 0, 0, 9, 2, 0, 4096);
+    put_mapped_op(&s, FZ_MB_OP_FRAME, 9);
+    put_mailbox(&s, bell, 0, up, 0, 0, 9, 2, 0, 4096);
+    put_mapped_op(&s, FZ_MB_OP_FRAME, 9);
+    put_mapped_op(&s, FZ_MB_OP_FRAME, 1);
+    put_buffer_free_op(&s, FZ_MB_OP_FRAME, 9);
+    put_mapped_op(&s, FZ_MB_OP_FRAME, 9);
+    put_u8(&s, FZ_MB_OP_SETTLE);
+    put_transfer_release_op(&s, FZ_MB_OP_FRAME, 0);
+    put_mailbox(&s, poll, 0, down, 0, 0, 9, 2, 0, 4096);
+    save(&s, "mailbox", "mapped-late-and-repeated");
+}
+
+/* ---- fuzz-ring seeds ---- */
+
+/* An ENTRY record (renumbered by the harness) holding frame f. */
+static void put_entry(seed *s, Tenferro__Frame *f) { put_frame_op(s, FZ_RING_OP_ENTRY | FZ_RING_FIXUP, f); }
+
+/* A filler entry: an Upload of `bytes` bytes, refused in the ring, that moves both areas on. */
+static void put_filler(seed *s, size_t bytes) {
+    put_u8(s, FZ_RING_OP_ENTRY | FZ_RING_FILLER);
+    put_u16(s, bytes);
+}
+
+/* A PUBLISH record; with FZ_RING_RACE its palette follows. */
+static void put_publish(seed *s, uint8_t how, const uint8_t *palette) {
+    put_u8(s, FZ_RING_OP_PUBLISH | how);
+    if (palette) put(s, palette, FZ_RING_PALETTE_BYTES);
+}
+
+static void put_word(seed *s, uint8_t which, uint64_t value) {
+    put_u8(s, FZ_RING_OP_WORD);
+    put_u8(s, which);
+    put(s, &value, 8);
+}
+
+/* A raw entry header (and nothing else) at the harness's position. */
+static void put_raw_header(seed *s, uint32_t bytes, uint64_t seq, uint64_t after_seq) {
+    tf_ring_entry e = {.bytes = bytes, .seq = seq, .after_seq = after_seq};
+    put_u8(s, FZ_RING_OP_RAW);
+    put_u16(s, sizeof e);
+    put(s, &e, sizeof e);
+}
+
+static Tenferro__Frame ring_session_open(Tenferro__SessionOpen *so, uint32_t policy, uint64_t deadline) {
+    tenferro__session_open__init(so);
+    so->policy = policy;
+    so->deadline_ms = deadline;
+    Tenferro__Frame f = frame(TENFERRO__FRAME__BODY_SESSION_OPEN);
+    f.session_open = so;
+    return f;
+}
+
+/* A Submit frame of n operations (at most 4), for an ENTRY record. */
+static void put_submit_entry(seed *s, uint64_t session, uint32_t mode, const op_spec *ops, size_t n) {
+    put_submit_op(s, FZ_RING_OP_ENTRY | FZ_RING_FIXUP, session, mode, ops, n);
+}
+
+/*
+ * The ring's seeds, one per way a client or a hostile one uses it: a held
+ * session through the ring, scoped bursts, more entries than a poll takes
+ * and than there are places for replies, every refused body, broken
+ * headers (no bytes, too long, stale or future sequence numbers, a frame
+ * that does not decode or carries another number), req_head and rep_tail
+ * out of place, both areas wrapping, a lazy reader, a queued SessionOpen
+ * answered after the holder leaves, a page used before Mapped, frames on the
+ * socket between entries, a hang-up with requests outstanding; and the
+ * same shapes raced by the writer thread.
+ */
+static void ring_seeds(void) {
+    /* Palettes (fuzz-input.h): the entries' lengths only, then body bytes, seq and the words. */
+    static const uint8_t pal_a[FZ_RING_PALETTE_BYTES] = {0, 0, 0, 0, 0, 0, 1, 0,
+                                                         0, 0, 0, 0, 0, 0, 0, 0};
+    static const uint8_t pal_b[FZ_RING_PALETTE_BYTES] = {0, 0, 1, 4, 0x08, 0, 0, 0,
+                                                         0xff, 0, 3, 0, 0x80, 9, 0, 0x01};
+    static const uint8_t pal_c[FZ_RING_PALETTE_BYTES] = {0xfe, 0x84, 0, 0, 0, 0, 0, 0x80,
+                                                         0, 1, 0, 0, 0, 0, 0, 0};
+    const uint8_t bell = FZ_RING_DOORBELL, poller = FZ_RING_POLLER;
+    op_spec neg = {.kind = TF__OP_NEG, .in = {1}, .n_in = 1, .out = 4};
+    op_spec add = {.kind = TF__OP_ADD, .in = {1, 4}, .n_in = 2, .out = 5};
+    op_spec bad = {.kind = TF__OP_MATMUL, .in = {1, 3}, .n_in = 2, .out = 6};
+    op_spec last = {.kind = TF__OP_SQRT, .in = {5}, .n_in = 1, .out = 7};
+    Tenferro__SessionOpen so;
+    Tenferro__Frame f;
+    seed s;
+
+    for (int race = 0; race < 2; race++) {
+        const uint8_t flags = race ? FZ_RING_RACE : 0;
+        const uint8_t *pa = race ? pal_a : NULL, *pb = race ? pal_b : NULL,
+                      *pc = race ? pal_c : NULL;
+        char name[64];
+
+        begin(&s, flags);
+        s.seq = 5; /* Hello, Mapped(0), three Uploads */
+        f = ring_session_open(&so, 0, 0);
+        put_entry(&s, &f);
+        put_publish(&s, bell, pa);
+        put_submit_entry(&s, 1, TENFERRO__SUBMIT_MODE__SUBMIT_ENQUEUE, &neg, 1);
+        put_publish(&s, poller, pb);
+        put_submit_entry(&s, 1, TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE, &add, 1);
+        put_submit_entry(&s, 1, TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE, &last, 1);
+        put_publish(&s, bell, pc);
+        put_download_op(&s, FZ_RING_OP_FRAME, 7, 0, 64);
+        put_u8(&s, FZ_RING_OP_SETTLE);
+        snprintf(name, sizeof name, "%sheld-session", race ? "race-" : "");
+        save(&s, "ring", name);
+
+        begin(&s, flags);
+        s.seq = 5;
+        put_submit_entry(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED, &neg, 1);
+        put_submit_entry(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &add, 1);
+        put_submit_entry(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &bad, 1);
+        put_publish(&s, 0, pa);
+        put_u8(&s, FZ_RING_OP_SETTLE);
+        snprintf(name, sizeof name, "%sscoped", race ? "race-" : "");
+        save(&s, "ring", name);
+
+        /* More than a poll takes (16) and than there are places for replies (8). */
+        begin(&s, flags);
+        s.seq = 5;
+        for (int i = 0; i < 20; i++) {
+            op_spec each = {.kind = TF__OP_NEG, .in = {2}, .n_in = 1, .out = 10 + (uint64_t)i};
+            put_submit_entry(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &each, 1);
+        }
+        put_publish(&s, bell, pb);
+        for (int i = 0; i < 6; i++) put_filler(&s, 1);
+        put_publish(&s, poller, pa);
+        snprintf(name, sizeof name, "%smany-entries", race ? "race-" : "");
+        save(&s, "ring", name);
+
+        /* Bodies the ring refuses, each answered in the ring. */
+        begin(&s, flags);
+        s.seq = 5;
+        Tenferro__StatusRequest sr = TENFERRO__STATUS_REQUEST__INIT;
+        f = frame(TENFERRO__FRAME__BODY_STATUS_REQUEST);
+        f.status_request = &sr;
+        put_entry(&s, &f);
+        Tenferro__SessionRelease rel = TENFERRO__SESSION_RELEASE__INIT;
+        rel.session_id = 1;
+        f = frame(TENFERRO__FRAME__BODY_SESSION_RELEASE);
+        f.session_release = &rel;
+        put_entry(&s, &f);
+        Tenferro__Mapped mp = TENFERRO__MAPPED__INIT;
+        f = frame(TENFERRO__FRAME__BODY_MAPPED);
+        f.mapped = &mp;
+        put_entry(&s, &f);
+        Tenferro__MailboxDoorbell db = TENFERRO__MAILBOX_DOORBELL__INIT;
+        f = frame(TENFERRO__FRAME__BODY_MAILBOX_DOORBELL);
+        f.mailbox_doorbell = &db;
+        put_entry(&s, &f);
+        Tenferro__Hello h;
+        f = hello(&h, TENFERRO__PROTOCOL__PROTOCOL_VERSION, "in-the-ring");
+        put_entry(&s, &f);
+        f = frame(TENFERRO__FRAME__BODY__NOT_SET);
+        put_entry(&s, &f);
+        put_filler(&s, 100);
+        put_publish(&s, bell, pa);
+        snprintf(name, sizeof name, "%srefused-bodies", race ? "race-" : "");
+        save(&s, "ring", name);
+    }
+
+    /* Broken headers, each ending the connection with its last word. */
+    begin(&s, 0);
+    put_raw_header(&s, 0, 6, 5);
+    put_publish(&s, bell, NULL);
+    save(&s, "ring", "entry-of-no-bytes");
+
+    begin(&s, 0);
+    put_raw_header(&s, 60000, 6, 5);
+    put_publish(&s, poller, NULL);
+    save(&s, "ring", "entry-past-head");
+
+    begin(&s, 0);
+    put_raw_header(&s, 8, 1, 0); /* sequence number 1: the Hello's, handled long ago */
+    put_word(&s, FZ_RING_WORD_SKIP, 8);
+    put_publish(&s, 0, NULL);
+    save(&s, "ring", "entry-stale-seq");
+
+    begin(&s, 0);
+    s.seq = 5;
+    put_u8(&s, FZ_RING_OP_ENTRY);
+    put_u16(&s, 5);
+    put(&s, "\x08\x07\xff\xff\xff", 5); /* a truncated varint: does not decode */
+    put_publish(&s, bell, NULL);
+    save(&s, "ring", "entry-undecodable");
+
+    begin(&s, 0);
+    s.seq = 40;
+    put_submit_op(&s, FZ_RING_OP_ENTRY, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &neg, 1);
+    put_publish(&s, bell, NULL);
+    save(&s, "ring", "entry-seq-mismatch");
+
+    /* The same req_head published again: nothing new to take. */
+    begin(&s, 0);
+    s.seq = 5;
+    f = ring_session_open(&so, 0, 0);
+    put_entry(&s, &f);
+    put_publish(&s, bell, NULL);
+    put_publish(&s, bell, NULL);
+    put_publish(&s, poller, NULL);
+    save(&s, "ring", "publish-twice");
+
+    /* An entry after a frame not yet sent waits for it; the frame comes, then it runs. */
+    begin(&s, 0);
+    {
+        /* A SessionOpen after socket frame 1000: the header written raw, the body encoded. */
+        static uint8_t body[64];
+        Tenferro__SessionOpen o;
+        f = ring_session_open(&o, 0, 0);
+        f.seq = 1001;
+        size_t n = tenferro__frame__pack(&f, body);
+        tf_ring_entry e = {.bytes = (uint32_t)n, .seq = 1001, .after_seq = 1000};
+        uint8_t pad[8] = {0};
+        put_u8(&s, FZ_RING_OP_RAW);
+        put_u16(&s, sizeof e + ((n + 7) & ~(size_t)7));
+        put(&s, &e, sizeof e);
+        put(&s, body, n);
+        put(&s, pad, ((n + 7) & ~(size_t)7) - n);
+        put_publish(&s, bell, NULL);
+        put_u8(&s, FZ_RING_OP_SETTLE);
+        Tenferro__StatusRequest st = TENFERRO__STATUS_REQUEST__INIT;
+        f = frame(TENFERRO__FRAME__BODY_STATUS_REQUEST);
+        f.status_request = &st;
+        f.seq = 1000;
+        put_frame_op(&s, FZ_RING_OP_FRAME, &f);
+        put_u8(&s, FZ_RING_OP_SETTLE);
+    }
+    save(&s, "ring", "after-seq-waits");
+
+    /* Header words out of place: req_head beyond the area and behind req_tail, rep_tail both ways. */
+    begin(&s, 0);
+    s.seq = 5;
+    f = ring_session_open(&so, 0, 0);
+    put_entry(&s, &f);
+    put_word(&s, FZ_RING_WORD_REQ_HEAD, 70000);
+    put_u8(&s, FZ_RING_OP_SETTLE);
+    save(&s, "ring", "req-head-beyond");
+
+    begin(&s, 0);
+    s.seq = 5;
+    f = ring_session_open(&so, 0, 0);
+    put_entry(&s, &f);
+    put_publish(&s, bell, NULL);
+    put_word(&s, FZ_RING_WORD_REQ_HEAD, (uint64_t)(uint32_t)-8);
+    put_u8(&s, FZ_RING_OP_SETTLE);
+    save(&s, "ring", "req-head-behind");
+
+    begin(&s, 0);
+    s.seq = 5;
+    put_word(&s, FZ_RING_WORD_REP_TAIL, 1ull << 63);
+    put_submit_entry(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &neg, 1);
+    put_publish(&s, bell, NULL);
+    save(&s, "ring", "rep-tail-beyond");
+
+    begin(&s, FZ_RING_LAZY_READER);
+    s.seq = 5;
+    put_filler(&s, 1);
+    put_publish(&s, bell, NULL);
+    put_u8(&s, FZ_RING_OP_CONSUME);
+    put_word(&s, FZ_RING_WORD_REP_TAIL, 64);
+    put_word(&s, FZ_RING_WORD_SLEEPING, 1);
+    put_word(&s, FZ_RING_WORD_REQ_TAIL, 12345);
+    put_filler(&s, 1);
+    put_publish(&s, poller, NULL);
+    put_word(&s, FZ_RING_WORD_REP_TAIL, 1ull << 62);
+    put_filler(&s, 1);
+    put_publish(&s, bell, NULL);
+    save(&s, "ring", "rep-tail-behind-and-words");
+
+    /* A reader that never reads: the reply area fills and the connection ends, typed. */
+    begin(&s, FZ_RING_LAZY_READER);
+    s.seq = 5;
+    for (int i = 0; i < 120; i++) {
+        put_filler(&s, 1);
+        if (i % 8 == 7) put_publish(&s, poller, NULL);
+    }
+    put_publish(&s, bell, NULL);
+    save(&s, "ring", "lazy-reader-no-room");
+
+    /* Both areas wrap: a large filler, then entries across the end of each area. */
+    begin(&s, 0);
+    s.seq = 5;
+    put_filler(&s, 60000);
+    put_publish(&s, bell, NULL);
+    for (int i = 0; i < 140; i++) {
+        if (i % 16 == 0) put_submit_entry(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &neg, 1);
+        put_filler(&s, i % 3 ? 1 : 200);
+        if (i % 4 == 3) put_publish(&s, i % 8 == 3 ? bell : poller, NULL);
+    }
+    put_publish(&s, bell, NULL);
+    save(&s, "ring", "wrap-both-areas");
+
+    /* A SessionOpen queued behind the holder, answered in the ring once the holder leaves. */
+    begin(&s, FZ_RING_CONTENDED);
+    s.seq = 5;
+    f = ring_session_open(&so, TENFERRO__ADMISSION_POLICY__ADMISSION_WAIT, 5000);
+    put_entry(&s, &f);
+    put_publish(&s, bell, NULL);
+    put_submit_entry(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &neg, 1);
+    put_publish(&s, bell, NULL);
+    put_u8(&s, FZ_RING_OP_HANGUP | FZ_RING_HOLDER);
+    put_u8(&s, FZ_RING_OP_SETTLE);
+    put_submit_entry(&s, 2, TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE, &neg, 1);
+    put_publish(&s, poller, NULL);
+    save(&s, "ring", "contended-open-queued");
+
+    begin(&s, FZ_RING_CONTENDED);
+    s.seq = 5;
+    f = ring_session_open(&so, TENFERRO__ADMISSION_POLICY__ADMISSION_REJECT, 0);
+    put_entry(&s, &f);
+    f = ring_session_open(&so, TENFERRO__ADMISSION_POLICY__ADMISSION_WAIT, 1);
+    put_entry(&s, &f);
+    put_publish(&s, bell, NULL);
+    put_u8(&s, FZ_RING_OP_HANGUP);
+    save(&s, "ring", "contended-hangup-queued");
+
+    /* The page used before Mapped(0): nothing is taken until the Mapped frame. */
+    begin(&s, FZ_RING_NO_MAPPED);
+    s.seq = 4; /* Hello, three Uploads */
+    f = ring_session_open(&so, 0, 0);
+    put_entry(&s, &f);
+    put_publish(&s, bell, NULL);
+    /* Numbered before the entry: the socket frame must not make it stale. */
+    s.seq = 3;
+    put_mapped_op(&s, FZ_RING_OP_FRAME, 0);
+    put_u8(&s, FZ_RING_OP_SETTLE);
+    put_submit_entry(&s, 1, TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE, &neg, 1);
+    put_publish(&s, bell, NULL);
+    put_mapped_op(&s, FZ_RING_OP_FRAME, 0);
+    save(&s, "ring", "mapped-late");
+
+    /* Frames on the socket between entries, and a hang-up while requests are outstanding. */
+    begin(&s, 0);
+    s.seq = 5;
+    put_submit_entry(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &neg, 1);
+    put_publish(&s, bell, NULL);
+    put_create(&s, FZ_RING_OP_FRAME, 7, TF_F32, shape4, 1, 1);
+    put_download_op(&s, FZ_RING_OP_FRAME, 4, 0, 64);
+    put_submit_entry(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &add, 1);
+    put_publish(&s, 0, NULL);
+    put_free_op(&s, FZ_RING_OP_FRAME, (const uint64_t[]){4, 5}, 2);
+    for (int i = 0; i < 10; i++) {
+        op_spec each = {.kind = TF__OP_EXP, .in = {7}, .n_in = 1, .out = 10 + (uint64_t)i};
+        put_submit_entry(&s, 0, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED_FINAL, &each, 1);
+    }
+    put_publish(&s, bell, NULL);
+    put_u8(&s, FZ_RING_OP_HANGUP);
+    save(&s, "ring", "socket-frames-and-hangup");
 }
 
 /* ---- fuzz-config seeds ---- */
@@ -849,6 +1408,8 @@ int main(int argc, char **argv) {
     frame_requests();
     frame_ops();
     mailbox_seeds();
+    mailbox_race_seeds();
+    ring_seeds();
     config_seeds();
     config_example("etc/tenferrod.conf.example");
     graph_seeds();

@@ -1,4 +1,5 @@
 /* The integration-test harness (see harness.h). */
+#include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
 #include <complex.h>
@@ -11,6 +12,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -33,6 +35,43 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+/* The runtime directory of this test process's daemons, and the process that made it. */
+static char runtime_dir[64];
+static pid_t runtime_owner;
+
+/* At exit of the process that made it: the runtime directory goes, with what is left in it. */
+static void remove_runtime_dir(void) {
+    if (getpid() != runtime_owner) return;
+    DIR *dir = opendir(runtime_dir);
+    if (dir) {
+        struct dirent *e;
+        while ((e = readdir(dir)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            char path[sizeof runtime_dir + 256];
+            snprintf(path, sizeof path, "%s/%s", runtime_dir, e->d_name);
+            unlink(path);
+        }
+        closedir(dir);
+    }
+    rmdir(runtime_dir);
+}
+
+const char *th_runtime_dir(void) {
+    /* Made once per test process; the children it forks share it (they never run atexit). */
+    if (!runtime_dir[0]) {
+        snprintf(runtime_dir, sizeof runtime_dir, "/tmp/tf-test-%d", (int)getpid());
+        /* Searchable by all (not listable): a suite's children of another uid reach its sockets. */
+        if (mkdir(runtime_dir, 0711) != 0 && errno != EEXIST) {
+            fprintf(stderr, "harness: cannot make %s: %s\n", runtime_dir, strerror(errno));
+            abort();
+        }
+        chmod(runtime_dir, 0711);
+        runtime_owner = getpid();
+        atexit(remove_runtime_dir);
+    }
+    return runtime_dir;
+}
+
 /* Starts tenferrod on socket (a fresh one when NULL) with the extra arguments in ap. */
 static int start_va(th_daemon *d, const char *socket, va_list ap) {
     static int counter;
@@ -41,7 +80,7 @@ static int start_va(th_daemon *d, const char *socket, va_list ap) {
     if (socket)
         snprintf(d->socket, sizeof d->socket, "%s", socket);
     else
-        snprintf(d->socket, sizeof d->socket, "/tmp/tf-test-%d-%d.sock", (int)getpid(), counter);
+        snprintf(d->socket, sizeof d->socket, "%s/tenferrod-%d.sock", th_runtime_dir(), counter);
     snprintf(d->log_path, sizeof d->log_path, "/tmp/tf-test-%d-%d.log", (int)getpid(), counter);
     const char *argv[32];
     int n = 0;
@@ -214,6 +253,16 @@ int th_raw_send(int fd, Tenferro__Frame *frame) {
     int rc = th_raw_send_bytes(fd, buf, len);
     free(buf);
     return rc;
+}
+
+int th_raw_send_mapped(int fd, uint64_t seq, uint64_t buffer) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Mapped m = TENFERRO__MAPPED__INIT;
+    m.buffer = buffer;
+    f.seq = seq;
+    f.body_case = TENFERRO__FRAME__BODY_MAPPED;
+    f.mapped = &m;
+    return th_raw_send(fd, &f);
 }
 
 /* Reads exactly len bytes, waiting at most timeout_ms overall. */

@@ -25,9 +25,18 @@ typedef struct th_daemon {
 } th_daemon;
 
 /*
- * Starts tenferrod on a fresh socket with the suite's device and any extra
- * arguments (NULL-terminated list), and waits until it accepts connections.
- * The daemon dies with the test process if the test crashes. Returns 0 on success.
+ * The runtime directory the test process's daemons share, as the daemons of
+ * one host share /run/tenferro: /tmp/tf-test-PID, made at the first call
+ * (mode 0711) and removed with what is left in it when the process exits.
+ * A copy between daemons reaches only a socket of this directory.
+ */
+const char *th_runtime_dir(void);
+
+/*
+ * Starts tenferrod on a fresh socket, th_runtime_dir()/tenferrod-N.sock,
+ * with the suite's device and any extra arguments (NULL-terminated list),
+ * and waits until it accepts connections. The daemon dies with the test
+ * process if the test crashes. Returns 0 on success.
  */
 int th_daemon_start(th_daemon *d, ...);
 
@@ -147,6 +156,12 @@ int th_raw_connect(const th_daemon *d);
 Tenferro__Frame *th_raw_hello(int fd, uint32_t version);
 /* Encodes and sends a frame; returns 0 on success. */
 int th_raw_send(int fd, Tenferro__Frame *frame);
+/*
+ * Sends Mapped{buffer} with sequence number seq: the memfd of pinned buffer
+ * `buffer` (0: the completion page) is mapped and the daemon may seal it. No
+ * reply comes. Returns 0 on success.
+ */
+int th_raw_send_mapped(int fd, uint64_t seq, uint64_t buffer);
 /* Sends raw bytes. */
 int th_raw_send_bytes(int fd, const void *bytes, size_t len);
 /* Fills f and dl with a Download of `len` bytes at `offset` of tensor id (seq left 0). */

@@ -205,6 +205,46 @@ START_TEST(test_reload_busy_poll) {
 }
 END_TEST
 
+/*
+ * Every setting marked reloadable changes on SIGHUP, those of [limits] among
+ * them (hello_timeout_ms and the per-uid connection counts once stayed at
+ * their start values): after a reload to hello_timeout_ms 300, a connection
+ * that says nothing is closed within the second, not after the 5 s it had;
+ * max_buffers_per_client 1 refuses a second buffer; max_clients_per_uid 1
+ * refuses a second client of a uid (checked when the test is not root, who
+ * is exempt from that count).
+ */
+START_TEST(test_reload_applies_limits) {
+    char path[128];
+    write_config(path, sizeof path, "limits", "[limits]\nmax_clients_per_uid = 3\n");
+    th_daemon d;
+    CK_DAEMON_START(&d, "--config", path);
+    tf_client *first = th_connect(&d);
+    write_config(path, sizeof path, "limits",
+                 "[limits]\nmax_clients_per_uid = 1\nmax_buffers_per_client = 1\n"
+                 "hello_timeout_ms = 300\n");
+    reload(&d, "configuration reloaded");
+    int silent = th_raw_connect(&d);
+    ck_assert_int_ge(silent, 0);
+    ck_assert_msg(th_raw_closed(silent, 2000),
+                  "a connection without a Hello was not closed after the reloaded 300 ms");
+    close(silent);
+    tf_pinned_buffer *b1 = NULL, *b2 = NULL;
+    ck_assert_int_eq(tf_pinned_buffer_new(first, 100, &b1), TF_OK);
+    ck_assert_int_eq(tf_pinned_buffer_new(first, 100, &b2), TF_ERR_QUOTA);
+    ck_assert_msg(strstr(tf_client_last_error(first), "max_buffers_per_client") != NULL, "%s",
+                  tf_client_last_error(first));
+    if (geteuid() != 0) {
+        tf_client *second = NULL;
+        ck_assert_int_eq(tf_connect(d.socket, &second), TF_ERR_TOO_MANY_CLIENTS);
+    }
+    ck_assert_int_eq(tf_pinned_buffer_free(b1), TF_OK);
+    tf_disconnect(first);
+    CK_DAEMON_STOP(&d);
+    unlink(path);
+}
+END_TEST
+
 static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *tc = tcase_create("file and reload");
@@ -212,6 +252,7 @@ static Suite *config_suite(void) {
     tcase_add_test(tc, test_bad_file_refused_at_start);
     tcase_add_test(tc, test_reload_bad_file_keeps_running_config);
     tcase_add_test(tc, test_reload_good_file_applies);
+    tcase_add_test(tc, test_reload_applies_limits);
     tcase_add_test(tc, test_flag_overrides_file);
     tcase_add_test(tc, test_reload_busy_poll);
     suite_add_tcase(s, tc);

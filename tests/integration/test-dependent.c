@@ -1034,6 +1034,7 @@ static raw_client raw_open(const th_daemon *d) {
     ck_assert(rc.page != MAP_FAILED);
     close(page_fd);
     rc.box = (tf__mailbox *)((uint8_t *)rc.page + TF__MAILBOX_OFFSET);
+    ck_assert_int_eq(th_raw_send_mapped(rc.fd, ++g_seq, 0), 0);
     return rc;
 }
 
@@ -1051,6 +1052,7 @@ static uint8_t *raw_buffer(int fd, uint64_t id) {
     void *p = mmap(NULL, TENSOR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
     ck_assert(p != MAP_FAILED);
     close(mem);
+    ck_assert_int_eq(th_raw_send_mapped(fd, ++g_seq, id), 0);
     return p;
 }
 

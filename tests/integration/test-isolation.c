@@ -729,7 +729,9 @@ END_TEST
  */
 START_TEST(test_batches_yield_the_loop) {
     th_daemon d;
-    CK_DAEMON_START(&d, "--loop-slice-us", "500");
+    /* Four full batches of new tensors: more than the default live_tensors quota allows. */
+    CK_DAEMON_START(&d, "--loop-slice-us", "500", "--client-live-tensors", "0", "--uid-live-tensors",
+                    "0", "--client-queued-ops", "0", "--uid-queued-ops", "0");
     int flood = raw_client(&d, "flooder");
     ck_assert_int_ge(flood, 0);
     upload_small(flood, 1);

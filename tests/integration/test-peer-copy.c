@@ -14,16 +14,29 @@
  *     are answered typed and lose nothing;
  *   - the source daemon killed while the copy waits behind its work leaves
  *     the destination client with TF_ERR_PEER and no memory behind; the
- *     destination daemon killed leaves the source tensor free again.
+ *     destination daemon killed leaves the source tensor free again;
+ *   - a take never waits past its deadline, its client or a SIGTERM, not
+ *     even for a listener whose backlog is full (take-deadline);
+ *   - a take reaches only a tenferrod socket of the daemon's runtime
+ *     directory, everything else refused alike before any connect, and what
+ *     answers there as no tenferrod tells the client nothing (take-targets);
+ *   - takes are bounded per uid, and a peer daemon's connection counts for
+ *     the client that asked for the copy, so one uid's copies cannot keep
+ *     root out of the offering daemon (take-limits).
  */
 #include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -375,11 +388,13 @@ static void raw_withdraw(int fd, uint64_t seq, const char *token) {
 /* In a child of another uid: listens on path and accepts whoever connects, saying nothing. */
 static int impostor_child(void *arg) {
     const char *path = arg;
-    if (!become(NOBODY, NOBODY)) return 2;
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
-    CHILD_CHECK(s >= 0 && bind(s, (struct sockaddr *)&addr, sizeof addr) == 0 && listen(s, 4) == 0);
+    /* Bound as root (the runtime directory is root's), listening as nobody: the uid it shows. */
+    CHILD_CHECK(s >= 0 && bind(s, (struct sockaddr *)&addr, sizeof addr) == 0);
+    if (!become(NOBODY, NOBODY)) return 2;
+    CHILD_CHECK(listen(s, 4) == 0);
     for (;;) {
         int c = accept(s, NULL, NULL);
         if (c < 0) return 0;
@@ -401,12 +416,16 @@ START_TEST(test_copy_hostile) {
     /* A token nobody offered. */
     CK_EXPECT_RESULT(raw_take(fb, sb++, "0123456789abcdef0123456789abcdef", a.socket, 5, TF_F64, 1000),
                      TF_ERR_UNKNOWN_HANDLE, "no such offer");
-    /* Source sockets that are not absolute, or where nothing listens. */
+    /* Source sockets outside the runtime directory, or where nothing listens. */
     raw_offer(fa, sa++, 1, token);
     CK_EXPECT_RESULT(raw_take(fb, sb++, token, "relative.sock", 5, TF_F64, 1000),
-                     TF_ERR_INVALID_ARGUMENT, "absolute");
+                     TF_ERR_INVALID_ARGUMENT, "runtime directory");
     CK_EXPECT_RESULT(raw_take(fb, sb++, token, "/nonexistent/tenferrod.sock", 5, TF_F64, 1000),
-                     TF_ERR_PEER, "cannot connect");
+                     TF_ERR_INVALID_ARGUMENT, "runtime directory");
+    char nobody_there[160];
+    snprintf(nobody_there, sizeof nobody_there, "%s/tenferrod-absent.sock", th_runtime_dir());
+    CK_EXPECT_RESULT(raw_take(fb, sb++, token, nobody_there, 5, TF_F64, 1000), TF_ERR_PEER,
+                     "no tenferrod answered at tenferrod-absent.sock");
     /* The wrong dtype and the wrong shape: refused, and the lend ends with the refusal. */
     CK_EXPECT_RESULT(raw_take(fb, sb++, token, a.socket, 5, TF_F32, 1000), TF_ERR_DTYPE, "f64");
     raw_withdraw(fa, sa++, token);
@@ -470,14 +489,19 @@ START_TEST(test_copy_hostile) {
     ck_assert_msg(th_wait_counter(&a, "device_bytes_live", 0, 5000), "the closed offer kept memory");
     CK_EXPECT_RESULT(raw_take(fb, sb++, token, a.socket, 8, TF_F64, 1000), TF_ERR_UNKNOWN_HANDLE,
                      "no such offer");
-    /* A listener of another uid is not a daemon: the take refuses to talk to it. */
+    /*
+     * A listener of another uid is not a daemon: the take refuses to talk to
+     * it, and the client is not told whose it is.
+     */
     if (geteuid() == 0) {
         char path[128];
-        snprintf(path, sizeof path, "%s.impostor", b.socket);
+        snprintf(path, sizeof path, "%s/tenferrod-impostor.sock", th_runtime_dir());
         pid_t imp = th_spawn(impostor_child, path);
         for (int i = 0; i < 200 && access(path, F_OK) != 0; i++) sleep_ms(10);
-        CK_EXPECT_RESULT(raw_take(fb, sb++, "0123456789abcdef0123456789abcdef", path, 9, TF_F64, 10),
-                         TF_ERR_PERMISSION, "not by a tenferrod");
+        reply = raw_take(fb, sb++, "0123456789abcdef0123456789abcdef", path, 9, TF_F64, 10);
+        ck_assert_int_eq(reply->body_case, TENFERRO__FRAME__BODY_RESULT);
+        ck_assert_msg(strstr(reply->result->message, "65534") == NULL, "%s", reply->result->message);
+        CK_EXPECT_RESULT(reply, TF_ERR_PEER, "no tenferrod answered at tenferrod-impostor.sock");
         kill(imp, SIGKILL);
         th_wait(imp);
         unlink(path);
@@ -604,6 +628,7 @@ END_TEST
 /* In a child: asks B for a copy from `arg` (a listener that never answers), then waits to be killed. */
 static int stalled_taker(void *arg) {
     const char **paths = arg; /* B's socket, the silent listener's */
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* gone with the test, whatever becomes of it */
     th_daemon b = {0};
     snprintf(b.socket, sizeof b.socket, "%s", paths[0]);
     int fd = th_raw_connect(&b);
@@ -636,7 +661,7 @@ START_TEST(test_taker_leaves_mid_fetch) {
     th_daemon b;
     CK_DAEMON_START(&b, "--log-level", "info");
     char silent[100];
-    snprintf(silent, sizeof silent, "%.90s.silent", b.socket);
+    snprintf(silent, sizeof silent, "%.70s/tenferrod-silent.sock", th_runtime_dir());
     int ls = socket(AF_UNIX, SOCK_STREAM, 0);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
     snprintf(addr.sun_path, sizeof addr.sun_path, "%s", silent);
@@ -663,6 +688,663 @@ START_TEST(test_taker_leaves_mid_fetch) {
 }
 END_TEST
 
+/* ---- what a take may reach, and how long it may wait ---- */
+
+/*
+ * A listener at path of the runtime directory whose backlog (listen(fd, 0))
+ * is full: the fds of the connects that filled it go to fill[] (*n of them).
+ * A blocking connect to it would sleep until someone accepts.
+ */
+static int full_listener(const char *path, int *fill, int *n) {
+    int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+    unlink(path);
+    ck_assert(ls >= 0 && bind(ls, (struct sockaddr *)&addr, sizeof addr) == 0 && listen(ls, 0) == 0);
+    *n = 0;
+    for (int i = 0; i < 16; i++) {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        ck_assert_int_ge(fd, 0);
+        if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+            ck_assert_msg(errno == EAGAIN, "filling the backlog: %s", strerror(errno));
+            close(fd);
+            return ls;
+        }
+        fill[(*n)++] = fd;
+    }
+    ck_abort_msg("the backlog of %s never filled", path);
+    return -1;
+}
+
+/* Closes a full_listener and what filled it. */
+static void close_full_listener(int ls, const char *path, int *fill, int n) {
+    for (int i = 0; i < n; i++) close(fill[i]);
+    close(ls);
+    unlink(path);
+}
+
+/* Threads of process pid (its /proc/PID/task entries), or -1. */
+static int thread_count(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* The clients of d's status report with a take in progress, or -1 without a report. */
+static int takes_in_status(const th_daemon *d) {
+    Tenferro__Frame *r = th_status_report(d);
+    if (!r) return -1;
+    int n = 0;
+    for (size_t i = 0; i < r->status_reply->n_clients; i++) n += r->status_reply->clients[i]->takes;
+    tf__frame_free(r);
+    return n;
+}
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* A take from a listener whose backlog is full ends at [peers] copy_timeout_ms, typed. */
+START_TEST(test_take_full_backlog_times_out) {
+    th_daemon b;
+    CK_DAEMON_START(&b, "--peers-copy-timeout-ms", "1500");
+    char full[128];
+    snprintf(full, sizeof full, "%s/tenferrod-full.sock", th_runtime_dir());
+    int fill[16], n_fill;
+    int ls = full_listener(full, fill, &n_fill);
+    int fb = raw_client(&b);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CK_EXPECT_RESULT(raw_take(fb, 2, "0123456789abcdef0123456789abcdef", full, 5, TF_F64, 1000),
+                     TF_ERR_TIMEOUT, "copy_timeout_ms");
+    const double took = seconds_since(&t0);
+    ck_assert_msg(took >= 1.4 && took < 6, "the take ended after %.2f s, not at its 1.5 s deadline",
+                  took);
+    ck_assert_uint_eq(th_counter(&b, "peer_copies_failed"), 1);
+    ck_assert_msg(th_wait_counter(&b, "device_bytes_live", 0, 5000), "the take kept its tensor");
+    /* The connection serves on. */
+    raw_create(fb, 3, 5, 1000);
+    close(fb);
+    CK_DAEMON_STOP(&b);
+    close_full_listener(ls, full, fill, n_fill);
+}
+END_TEST
+
+/*
+ * A client killed while its daemon connects to a listener that never takes
+ * the connection: its connection, tensor and fetch thread go within moments
+ * (not at [peers] copy_timeout_ms), and a SIGTERM meanwhile ends the daemon
+ * promptly and cleanly.
+ */
+START_TEST(test_taker_killed_mid_connect) {
+    th_daemon b;
+    CK_DAEMON_START(&b, "--log-level", "info");
+    char full[128];
+    snprintf(full, sizeof full, "%s/tenferrod-full.sock", th_runtime_dir());
+    int fill[16], n_fill;
+    int ls = full_listener(full, fill, &n_fill);
+    const int clients = th_client_count(&b), threads = thread_count(b.pid);
+    ck_assert_int_gt(threads, 0);
+    const char *paths[2] = {b.socket, full};
+    for (int round = 0; round < 2; round++) {
+        pid_t taker = th_spawn(stalled_taker, paths);
+        int made = 0;
+        for (int i = 0; i < 500 && !made; i++) {
+            made = th_counter(&b, "device_bytes_live") >= 8000 && takes_in_status(&b) == 1;
+            if (!made) sleep_ms(10);
+        }
+        ck_assert_msg(made, "the take never made its tensor");
+        ck_assert_int_eq(thread_count(b.pid), threads + 1); /* its fetch thread */
+        if (round == 1) {
+            /* SIGTERM while the fetch still waits for the listener. */
+            struct timespec t0;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            kill(b.pid, SIGTERM);
+            int rc = th_daemon_wait(&b, 5000);
+            if (rc == -1) {
+                kill(b.pid, SIGKILL);
+                th_wait(b.pid);
+            }
+            ck_assert_msg(rc == 0, "tenferrod at SIGTERM: status %d after %.1f s", rc,
+                          seconds_since(&t0));
+            kill(taker, SIGKILL);
+            th_wait(taker);
+            break;
+        }
+        kill(taker, SIGKILL);
+        th_wait(taker);
+        int back = 0;
+        for (int i = 0; i < 500 && !back; i++) {
+            back = th_client_count(&b) == clients && th_counter(&b, "device_bytes_live") == 0 &&
+                   thread_count(b.pid) == threads;
+            if (!back) sleep_ms(10);
+        }
+        ck_assert_msg(back, "after the taker died: %d clients (%d before), %llu device bytes, %d "
+                            "threads (%d before)",
+                      th_client_count(&b), clients,
+                      (unsigned long long)th_counter(&b, "device_bytes_live"), thread_count(b.pid),
+                      threads);
+    }
+    unlink(b.socket);
+    close_full_listener(ls, full, fill, n_fill);
+}
+END_TEST
+
+/* In a child: a listener at `arg` that answers whoever connects with `garbage` bytes, then waits. */
+typedef struct garbage_args {
+    const char *path;
+    const char *bytes;
+    size_t len;
+} garbage_args;
+
+static int garbage_child(void *arg) {
+    const garbage_args *g = arg;
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", g->path);
+    CHILD_CHECK(s >= 0 && bind(s, (struct sockaddr *)&addr, sizeof addr) == 0 && listen(s, 4) == 0);
+    for (;;) {
+        int c = accept(s, NULL, NULL);
+        if (c < 0) return 0;
+        if (write(c, g->bytes, g->len) != (ssize_t)g->len) return 1;
+        sleep_ms(3000);
+        close(c);
+    }
+}
+
+/* A connection waiting on listener ls, accepted (the caller closes it), or -1 (ls is left non-blocking). */
+static int accept_waiting(int ls) {
+    fcntl(ls, F_SETFL, O_NONBLOCK);
+    return accept(ls, NULL, NULL);
+}
+
+/* A listening socket at path (made afresh). */
+static int listener_at(const char *path) {
+    int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
+    unlink(path);
+    ck_assert(ls >= 0 && bind(ls, (struct sockaddr *)&addr, sizeof addr) == 0 && listen(ls, 8) == 0);
+    return ls;
+}
+
+/* The message of a take's refusal (caller frees), its status checked. */
+static char *take_refusal(int fb, uint64_t seq, const char *token, const char *socket,
+                          tf_status want) {
+    Tenferro__Frame *reply = raw_take(fb, seq, token, socket, 5, TF_F64, 1000);
+    ck_assert_int_eq(reply->body_case, TENFERRO__FRAME__BODY_RESULT);
+    ck_assert_msg(reply->result->status == (uint32_t)want, "a take from \"%s\": %s (%s), expected %s",
+                  socket, tf_status_name((tf_status)reply->result->status), reply->result->message,
+                  tf_status_name(want));
+    char *msg = strdup(reply->result->message);
+    tf__frame_free(reply);
+    return msg;
+}
+
+/* msg with every occurrence of name replaced by "NAME" (caller frees). */
+static char *without_name(const char *msg, const char *name) {
+    char *out = calloc(1, strlen(msg) + 1);
+    size_t n = 0;
+    for (const char *p = msg; *p;) {
+        if (strncmp(p, name, strlen(name)) == 0) {
+            memcpy(out + n, "NAME", 4);
+            n += 4;
+            p += strlen(name);
+        } else {
+            out[n++] = *p++;
+        }
+    }
+    return out;
+}
+
+/*
+ * A take reaches only a tenferrod socket of the daemon's runtime directory:
+ * every other path is refused alike before anything connects to it; what
+ * cannot be reached there, or answers as no tenferrod, is one generic
+ * error with no detail (the details are in the log); a device name and a
+ * path in the directory's other spellings reach the daemon.
+ */
+START_TEST(test_take_reaches_runtime_dir_only) {
+    th_daemon a, b;
+    CK_DAEMON_START(&a, "--log-level", "info");
+    /* At the harness's debug level: the reasons of failures are logged. */
+    ck_assert_msg(th_daemon_start(&b, (char *)NULL) == 0, "tenferrod did not start (log %s)",
+                  b.log_path);
+    const char *dir = th_runtime_dir();
+    const char *a_file = strrchr(a.socket, '/') + 1;
+    int fa = raw_client(&a), fb = raw_client(&b);
+    uint64_t sa = 10, sb = 10;
+    raw_create(fa, sa++, 1, 1000);
+    char token[33];
+    raw_offer(fa, sa++, 1, token);
+
+    /* Decoys: a daemon-named listener in another directory, a listener of another name here. */
+    char other_dir[96], other[160], decoy[160], link_dir[96], via_link[200], dotdot[300],
+        dotdot2[300], nested[200], dot_name[200], slash_name[200];
+    snprintf(other_dir, sizeof other_dir, "%s-other", dir);
+    ck_assert(mkdir(other_dir, 0700) == 0 || errno == EEXIST);
+    snprintf(other, sizeof other, "%s/%s", other_dir, a_file);
+    snprintf(decoy, sizeof decoy, "%s/decoy.sock", dir);
+    int other_ls = listener_at(other), decoy_ls = listener_at(decoy);
+    snprintf(link_dir, sizeof link_dir, "%s-link", dir);
+    unlink(link_dir);
+    ck_assert(symlink(dir, link_dir) == 0);
+    snprintf(via_link, sizeof via_link, "%s/%s", link_dir, a_file);       /* reaches A by a link */
+    snprintf(dotdot, sizeof dotdot, "%s/../%s/%s", dir, strrchr(dir, '/') + 1, a_file);
+    snprintf(dotdot2, sizeof dotdot2, "%s/x/../%s", dir, a_file);
+    snprintf(nested, sizeof nested, "%s/sub/%s", dir, a_file);
+    snprintf(dot_name, sizeof dot_name, "%s/tenferrod-..sock", dir);
+    snprintf(slash_name, sizeof slash_name, "%s/tenferrod-%s", dir, "a/b.sock");
+    const char *refused[] = {"/root/.bashrc", "/nonexistent-dir/tenferrod-1.sock",
+                             "/root/.bashrc/x", "relative.sock", a_file, "./tenferrod-1.sock",
+                             "", "/", other, decoy, via_link, dotdot, dotdot2, nested, dot_name,
+                             slash_name, "cuda:x", "/tmp/tenferrod-1.sock"};
+    char *first = NULL;
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        char *msg = take_refusal(fb, sb++, token, refused[i], TF_ERR_INVALID_ARGUMENT);
+        ck_assert_msg(strstr(msg, "runtime directory") != NULL, "%s", msg);
+        if (!first)
+            first = msg;
+        else {
+            ck_assert_msg(strcmp(msg, first) == 0, "\"%s\" is refused differently: %s", refused[i],
+                          msg);
+            free(msg);
+        }
+    }
+    free(first);
+    ck_assert_msg(accept_waiting(other_ls) < 0, "the daemon connected to another directory");
+    ck_assert_msg(accept_waiting(decoy_ls) < 0, "the daemon connected to a socket of another name");
+    ck_assert_uint_eq(th_counter(&b, "peer_copies_failed"), 0); /* refused before it started */
+    ck_assert_uint_eq(th_counter(&b, "device_bytes_live"), 0);
+
+    /* In the directory, under a daemon's name, but no tenferrod: one error, no detail. */
+    char missing[160], file[160], subdir[160], garbage[160], undecodable[160];
+    snprintf(missing, sizeof missing, "%s/tenferrod-missing.sock", dir);
+    snprintf(file, sizeof file, "%s/tenferrod-file.sock", dir);
+    snprintf(subdir, sizeof subdir, "%s/tenferrod-dir.sock", dir);
+    snprintf(garbage, sizeof garbage, "%s/tenferrod-x.sock", dir);
+    snprintf(undecodable, sizeof undecodable, "%s/tenferrod-y.sock", dir);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("not a socket\n", f);
+    fclose(f);
+    ck_assert(mkdir(subdir, 0700) == 0);
+    const char zs[] = "ZZZZ secret reply of a foreign service";
+    const char bad_frame[] = "\x06\x00\x00\x00\xff\xff\xff\xff\xff\xff";
+    garbage_args ga = {garbage, zs, sizeof zs - 1}, gb = {undecodable, bad_frame, 10};
+    pid_t g1 = th_spawn(garbage_child, &ga), g2 = th_spawn(garbage_child, &gb);
+    for (int i = 0; i < 200 && (access(garbage, F_OK) != 0 || access(undecodable, F_OK) != 0); i++)
+        sleep_ms(10);
+    const char *unanswered[] = {missing, file, subdir, garbage, undecodable};
+    first = NULL;
+    for (size_t i = 0; i < sizeof unanswered / sizeof *unanswered; i++) {
+        const char *name = strrchr(unanswered[i], '/') + 1;
+        char *msg = take_refusal(fb, sb++, token, unanswered[i], TF_ERR_PEER);
+        char want[128];
+        snprintf(want, sizeof want, "no tenferrod answered at %s", name);
+        ck_assert_msg(strstr(msg, want) != NULL, "%s", msg);
+        ck_assert_msg(strstr(msg, "ZZZZ") == NULL && strstr(msg, "secret") == NULL &&
+                          strstr(msg, "1515870810") == NULL && strstr(msg, dir) == NULL,
+                      "the refusal tells too much: %s", msg);
+        char *generic = without_name(msg, name);
+        free(msg);
+        if (!first)
+            first = generic;
+        else {
+            ck_assert_msg(strcmp(generic, first) == 0, "%s is refused differently: %s", name,
+                          generic);
+            free(generic);
+        }
+    }
+    free(first);
+    kill(g1, SIGKILL);
+    kill(g2, SIGKILL);
+    th_wait(g1);
+    th_wait(g2);
+    /* The reasons are in B's log, for the operator. */
+    char *log = th_daemon_log(&b);
+    ck_assert_msg(strstr(log, "no tenferrod answered at tenferrod-x.sock: the other daemon sent "
+                              "a frame of 1515870810 bytes") != NULL &&
+                      strstr(log, "tenferrod-missing.sock: connect: No such file or directory"),
+                  "B's log lacks the reasons:\n%s", log);
+    free(log);
+    ck_assert_msg(th_wait_counter(&b, "device_bytes_live", 0, 5000), "a failed take kept memory");
+
+    /* The directory's other spellings and the device's name reach A. */
+    char spelled[300];
+    snprintf(spelled, sizeof spelled, "%s//./%s", dir, a_file);
+    CK_EXPECT_RESULT(raw_take(fb, sb++, token, spelled, 5, TF_F64, 1000), TF_OK, NULL);
+    raw_withdraw(fa, sa++, token);
+    raw_offer(fa, sa++, 1, token);
+    int ordinal = -1;
+    ck_assert_int_eq(sscanf(a_file, "tenferrod-%d.sock", &ordinal), 1);
+    char device[32];
+    snprintf(device, sizeof device, "cuda:%d", ordinal);
+    CK_EXPECT_RESULT(raw_take(fb, sb++, token, device, 6, TF_F64, 1000), TF_OK, NULL);
+    raw_withdraw(fa, sa++, token);
+    ck_assert_uint_eq(th_counter(&b, "peer_copies_in"), 2);
+
+    close(other_ls);
+    close(decoy_ls);
+    unlink(other);
+    unlink(decoy);
+    unlink(link_dir);
+    unlink(file);
+    rmdir(subdir);
+    rmdir(other_dir);
+    unlink(garbage);
+    unlink(undecodable);
+    close(fa);
+    close(fb);
+    CK_DAEMON_STOP(&a);
+    CK_DAEMON_STOP(&b);
+}
+END_TEST
+
+/*
+ * [limits] max_takes_per_uid: one take more than the uid may have in
+ * progress is refused typed before anything is connected, root included.
+ */
+START_TEST(test_takes_bounded_per_uid) {
+    th_daemon b;
+    CK_DAEMON_START(&b, "--log-level", "info", "--max-takes-per-uid", "1");
+    char silent[128];
+    snprintf(silent, sizeof silent, "%s/tenferrod-silent.sock", th_runtime_dir());
+    int ls = listener_at(silent);
+    const char *paths[2] = {b.socket, silent};
+    pid_t taker = th_spawn(stalled_taker, paths);
+    int waiting = 0;
+    for (int i = 0; i < 500 && !waiting; i++) {
+        waiting = takes_in_status(&b) == 1;
+        if (!waiting) sleep_ms(10);
+    }
+    ck_assert_msg(waiting, "the first take is not in the status");
+    /* Accepted and kept open: the first take waits for its answer meanwhile. */
+    int first = -1;
+    for (int i = 0; i < 500 && first < 0; i++) {
+        first = accept_waiting(ls);
+        if (first < 0) sleep_ms(10);
+    }
+    ck_assert_msg(first >= 0, "the first take did not connect");
+    int fb = raw_client(&b);
+    CK_EXPECT_RESULT(raw_take(fb, 2, "0123456789abcdef0123456789abcdef", silent, 5, TF_F64, 1000),
+                     TF_ERR_TOO_MANY_CLIENTS, "max_takes_per_uid");
+    ck_assert_msg(accept_waiting(ls) < 0, "the refused take connected");
+    kill(taker, SIGKILL);
+    th_wait(taker);
+    close(first);
+    /* Once the first take is gone, the uid may take again. */
+    int free_again = 0;
+    for (int i = 0; i < 500 && !free_again; i++) {
+        free_again = takes_in_status(&b) == 0;
+        if (!free_again) sleep_ms(10);
+    }
+    ck_assert(free_again);
+    char missing[128];
+    snprintf(missing, sizeof missing, "%s/tenferrod-missing.sock", th_runtime_dir());
+    CK_EXPECT_RESULT(raw_take(fb, 3, "0123456789abcdef0123456789abcdef", missing, 5, TF_F64, 1000),
+                     TF_ERR_PEER, "no tenferrod answered");
+    close(fb);
+    close(ls);
+    unlink(silent);
+    CK_DAEMON_STOP(&b);
+}
+END_TEST
+
+/* ---- peer connections are charged to the client that asked ---- */
+
+#define CHARGED_TAKES 3
+
+/* In a child: sends f as seq on fd and returns the answer (NULL when none came). */
+static Tenferro__Frame *child_call(int fd, Tenferro__Frame *f, uint64_t seq) {
+    f->seq = seq;
+    if (th_raw_send(fd, f) != 0) return NULL;
+    Tenferro__Frame *reply = th_raw_recv(fd, RAW_MS);
+    if (reply && reply->seq != seq) {
+        tf__frame_free(reply);
+        return NULL;
+    }
+    return reply;
+}
+
+/* In a child: the status of a Result answer (frees it); -1 when it is none. */
+static int child_status(Tenferro__Frame *reply, uint64_t *session_id) {
+    int st = reply && reply->body_case == TENFERRO__FRAME__BODY_RESULT ? (int)reply->result->status : -1;
+    if (st >= 0 && session_id) *session_id = reply->result->session_id;
+    tf__frame_free(reply);
+    return st;
+}
+
+/* In a child: creates tensor id of f64 zeros, shaped `rank` x n. */
+static int child_create(int fd, uint64_t seq, uint64_t id, int rank, int64_t n) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+    int64_t shape[2] = {n, n};
+    up.tensor = id;
+    up.create = 1;
+    up.dtype = TF_F64;
+    up.n_shape = (size_t)rank;
+    up.shape = shape;
+    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
+    f.upload = &up;
+    return child_status(child_call(fd, &f, seq), NULL);
+}
+
+/*
+ * In a child: a held session on fd that queues `steps` matmuls x = x * y
+ * of n x n tensors 1 and 2 (each intermediate freed), submitted and closed
+ * without waiting: the connection's stream is busy for seconds.
+ */
+static int child_long_work(int fd, uint64_t *seq, int64_t n, int steps) {
+    if (child_create(fd, (*seq)++, 1, 2, n) != TF_OK || child_create(fd, (*seq)++, 2, 2, n) != TF_OK)
+        return -1;
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__SessionOpen open = TENFERRO__SESSION_OPEN__INIT;
+    f.body_case = TENFERRO__FRAME__BODY_SESSION_OPEN;
+    f.session_open = &open;
+    uint64_t session = 0;
+    if (child_status(child_call(fd, &f, (*seq)++), &session) != TF_OK) return -1;
+    enum { MAX_STEPS = 128 };
+    Tenferro__Op ops[2 * MAX_STEPS], *ptrs[2 * MAX_STEPS];
+    uint64_t ins[2 * MAX_STEPS][2];
+    int k = 0;
+    for (int i = 0; i < steps && i < MAX_STEPS; i++) {
+        const uint64_t prev = i == 0 ? 1 : 100 + (uint64_t)i - 1;
+        tenferro__op__init(&ops[k]);
+        ins[k][0] = prev;
+        ins[k][1] = 2;
+        ops[k].kind = TENFERRO__OP_KIND__OP_MATMUL;
+        ops[k].n_inputs = 2;
+        ops[k].inputs = ins[k];
+        ops[k].output = 100 + (uint64_t)i;
+        ptrs[k] = &ops[k];
+        k++;
+        if (i == 0) continue;
+        tenferro__op__init(&ops[k]);
+        ins[k][0] = prev;
+        ops[k].kind = TENFERRO__OP_KIND__OP_FREE;
+        ops[k].n_inputs = 1;
+        ops[k].inputs = ins[k];
+        ptrs[k] = &ops[k];
+        k++;
+    }
+    Tenferro__Frame sf = TENFERRO__FRAME__INIT;
+    Tenferro__Submit sub = TENFERRO__SUBMIT__INIT;
+    sub.session_id = session;
+    sub.mode = TENFERRO__SUBMIT_MODE__SUBMIT_CLOSE;
+    sub.n_ops = (size_t)k;
+    sub.ops = ptrs;
+    sf.body_case = TENFERRO__FRAME__BODY_SUBMIT;
+    sf.submit = &sub;
+    return child_status(child_call(fd, &sf, (*seq)++), NULL) == TF_OK ? 0 : -1;
+}
+
+typedef struct charged_args {
+    const th_daemon *a, *b;
+    int ready; /* the pipe the child writes one byte into once every take is asked */
+} charged_args;
+
+/*
+ * In a child, as nobody: one client of A with long work queued, offering
+ * CHARGED_TAKES tensors that CHARGED_TAKES connections of B take at once.
+ * A charges each peer connection to nobody: with max_clients_per_uid 2 one
+ * take is admitted and the others refused TF_ERR_TOO_MANY_CLIENTS.
+ */
+static int charged_child(void *arg) {
+    const charged_args *ca = arg;
+    if (!become(NOBODY, NOBODY)) return 2;
+    int fa = th_raw_connect(ca->a), fb[CHARGED_TAKES];
+    CHILD_CHECK(fa >= 0);
+    Tenferro__Frame *hello = th_raw_hello(fa, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
+    CHILD_CHECK(hello && hello->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY);
+    tf__frame_free(hello);
+    for (int i = 0; i < CHARGED_TAKES; i++) {
+        fb[i] = th_raw_connect(ca->b);
+        CHILD_CHECK(fb[i] >= 0);
+        hello = th_raw_hello(fb[i], TENFERRO__PROTOCOL__PROTOCOL_VERSION);
+        CHILD_CHECK(hello && hello->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY);
+        tf__frame_free(hello);
+    }
+    const int gpu = strncmp(th_device(), "cuda", 4) == 0;
+    uint64_t seq = 10;
+    CHILD_CHECK(child_long_work(fa, &seq, gpu ? 8192 : 1024, gpu ? 120 : 60) == 0);
+    char tokens[CHARGED_TAKES][33];
+    for (int i = 0; i < CHARGED_TAKES; i++) {
+        CHILD_CHECK(child_create(fa, seq++, 10 + (uint64_t)i, 1, 1000) == TF_OK);
+        Tenferro__Frame f = TENFERRO__FRAME__INIT;
+        Tenferro__CopyOffer offer = TENFERRO__COPY_OFFER__INIT;
+        offer.tensor = 10 + (uint64_t)i;
+        f.body_case = TENFERRO__FRAME__BODY_COPY_OFFER;
+        f.copy_offer = &offer;
+        Tenferro__Frame *reply = child_call(fa, &f, seq++);
+        CHILD_CHECK(reply && reply->body_case == TENFERRO__FRAME__BODY_COPY_OFFER_REPLY &&
+                    reply->copy_offer_reply->result->status == TF_OK);
+        snprintf(tokens[i], sizeof tokens[i], "%s", reply->copy_offer_reply->token);
+        tf__frame_free(reply);
+    }
+    for (int i = 0; i < CHARGED_TAKES; i++) {
+        Tenferro__Frame f = TENFERRO__FRAME__INIT;
+        Tenferro__CopyTake take = TENFERRO__COPY_TAKE__INIT;
+        int64_t n = 1000;
+        take.token = tokens[i];
+        take.source_socket = (char *)ca->a->socket;
+        take.tensor = 1;
+        take.dtype = TF_F64;
+        take.n_shape = 1;
+        take.shape = &n;
+        f.seq = 2;
+        f.body_case = TENFERRO__FRAME__BODY_COPY_TAKE;
+        f.copy_take = &take;
+        CHILD_CHECK(th_raw_send(fb[i], &f) == 0);
+    }
+    CHILD_CHECK(write(ca->ready, "g", 1) == 1);
+    int ok = 0, refused = 0;
+    for (int i = 0; i < CHARGED_TAKES; i++) {
+        Tenferro__Frame *reply = th_raw_recv(fb[i], 120000);
+        CHILD_CHECK(reply && reply->body_case == TENFERRO__FRAME__BODY_RESULT);
+        if (reply->result->status == TF_OK) ok++;
+        if (reply->result->status == TF_ERR_TOO_MANY_CLIENTS &&
+            strstr(reply->result->message, "max_clients_per_uid"))
+            refused++;
+        else if (reply->result->status != TF_OK)
+            fprintf(stderr, "[child] take %d: %s: %s\n", i,
+                    tf_status_name((tf_status)reply->result->status), reply->result->message);
+        tf__frame_free(reply);
+    }
+    if (ok != 1 || refused != CHARGED_TAKES - 1)
+        fprintf(stderr, "[child] %d takes succeeded and %d were refused for the uid's limit\n", ok,
+                refused);
+    CHILD_CHECK(ok == 1 && refused == CHARGED_TAKES - 1);
+    close(fa);
+    for (int i = 0; i < CHARGED_TAKES; i++) close(fb[i]);
+    return 0;
+}
+
+/* Peer connections of d's status report, and how many are charged to `uid` (-1: no report). */
+static int peer_conns(const th_daemon *d, uint32_t uid, int *charged) {
+    Tenferro__Frame *r = th_status_report(d);
+    if (!r) return -1;
+    int n = 0;
+    *charged = 0;
+    for (size_t i = 0; i < r->status_reply->n_clients; i++) {
+        const Tenferro__ClientInfo *ci = r->status_reply->clients[i];
+        if (!ci->name || strcmp(ci->name, "tenferrod (peer copy)") != 0) continue;
+        n++;
+        *charged += ci->uid == geteuid() && ci->charged_uid == uid;
+    }
+    tf__frame_free(r);
+    return n;
+}
+
+/*
+ * One uid's copies cannot fill the offering daemon: each peer connection
+ * counts for the client that asked for the copy ([limits]
+ * max_clients_per_uid, no root exemption), the status shows it charged so,
+ * and root still connects.
+ */
+START_TEST(test_peer_connections_charged_to_asker) {
+    if (geteuid() != 0) {
+        fprintf(stderr, "test_peer_connections_charged_to_asker: not root: skipped\n");
+        return;
+    }
+    th_daemon a, b;
+    CK_DAEMON_START(&a, "--log-level", "info", "--socket-mode", "0666", "--max-clients", "4",
+                    "--max-clients-per-uid", "2");
+    CK_DAEMON_START(&b, "--log-level", "info", "--socket-mode", "0666");
+    int p[2];
+    ck_assert_int_eq(pipe(p), 0);
+    charged_args args = {&a, &b, p[1]};
+    pid_t child = th_spawn(charged_child, &args);
+    close(p[1]);
+    struct pollfd pf = {.fd = p[0], .events = POLLIN};
+    char byte;
+    ck_assert_msg(poll(&pf, 1, 60000) == 1 && read(p[0], &byte, 1) == 1, "the child never asked");
+    close(p[0]);
+    /* Every take has reached A: admitted, or refused at its Hello. */
+    int peers = -1, charged = 0, settled = 0;
+    for (int i = 0; i < 1000 && !settled; i++) {
+        peers = peer_conns(&a, NOBODY, &charged);
+        settled = peers < 0 || peers >= CHARGED_TAKES ||
+                  (peers >= 1 && th_counter(&a, "connections_refused") >= CHARGED_TAKES - 1);
+        if (!settled) sleep_ms(10);
+    }
+    /* Root is not refused: the uid's copies did not take the slots. */
+    tf_client *root = NULL;
+    CK_STATUS(root, tf_connect(a.socket, &root), TF_OK);
+    tf_disconnect(root);
+    peers = peer_conns(&a, NOBODY, &charged);
+    ck_assert_msg(peers == 1 && charged == 1,
+                  "A holds %d peer connections (%d charged to uid %d), expected 1 charged to it",
+                  peers, charged, NOBODY);
+    ck_assert_int_ge(takes_in_status(&b), 1);
+    /* tenferroctl shows both, in each of its forms. */
+    static char out[1 << 16];
+    ck_assert_int_eq(th_run_ctl(&a, out, sizeof out, "status", "--json"), 0);
+    ck_assert_msg(th_json_valid(out) &&
+                      strstr(out, "\"charged_uid\":65534,\"name\":\"tenferrod (peer copy)\""),
+                  "%s", out);
+    ck_assert_int_eq(th_run_ctl(&a, out, sizeof out, "metrics", NULL), 0);
+    ck_assert_msg(strstr(out, "\ntenferrod_client_charged_uid{") && strstr(out, "} 65534\n"), "%s",
+                  out);
+    ck_assert_int_eq(th_run_ctl(&b, out, sizeof out, "status", "--json"), 0);
+    ck_assert_msg(strstr(out, "\"takes\":1"), "%s", out);
+    ck_assert_int_eq(th_run_ctl(&b, out, sizeof out, "status", NULL), 0);
+    ck_assert_msg(strstr(out, "charged") && strstr(out, "takes"), "%s", out);
+    ck_assert_int_eq(th_wait(child), 0);
+    ck_assert_msg(th_wait_counter(&a, "device_bytes_live", 0, 20000), "A kept memory");
+    ck_assert_msg(th_wait_counter(&b, "device_bytes_live", 0, 20000), "B kept memory");
+    CK_DAEMON_STOP(&a);
+    CK_DAEMON_STOP(&b);
+}
+END_TEST
+
 static Suite *peer_copy_suite(void) {
     Suite *s = suite_create("peer-copy");
     TCase *tc = tcase_create("peer-copy");
@@ -675,6 +1357,21 @@ static Suite *peer_copy_suite(void) {
     tcase_add_test(tc, test_destination_killed_mid_copy);
     tcase_add_test(tc, test_taker_leaves_mid_fetch);
     suite_add_tcase(s, tc);
+    /* How long a take may wait, where it may connect, and what it is charged to. */
+    TCase *deadline = tcase_create("take-deadline");
+    tcase_set_timeout(deadline, 60);
+    tcase_add_test(deadline, test_take_full_backlog_times_out);
+    tcase_add_test(deadline, test_taker_killed_mid_connect);
+    suite_add_tcase(s, deadline);
+    TCase *targets = tcase_create("take-targets");
+    tcase_set_timeout(targets, 60);
+    tcase_add_test(targets, test_take_reaches_runtime_dir_only);
+    suite_add_tcase(s, targets);
+    TCase *limits = tcase_create("take-limits");
+    tcase_set_timeout(limits, 120);
+    tcase_add_test(limits, test_takes_bounded_per_uid);
+    tcase_add_test(limits, test_peer_connections_charged_to_asker);
+    suite_add_tcase(s, limits);
     return s;
 }
 

@@ -1910,9 +1910,19 @@ static void build_bad(raw_graph *g, const bad_graph *b, uint64_t id) {
     for (int o = 0; o < b->n_outputs; o++) rg_output(g, b->outputs[o]);
 }
 
+/* Prepared graphs the status report lists for all clients (all of this test's uid). */
+static uint64_t prepared_listed(const th_daemon *d) {
+    Tenferro__Frame *r = th_status_report(d);
+    ck_assert_ptr_nonnull(r);
+    uint64_t n = 0;
+    for (size_t i = 0; i < r->status_reply->n_clients; i++) n += r->status_reply->clients[i]->prepared;
+    tf__frame_free(r);
+    return n;
+}
+
 START_TEST(test_bad_graphs_raw) {
     CK_DAEMON_START(&D, "--max-graph-nodes", MAX_NODES_FLAG, "--max-prepared", "3", "--workers",
-                    "2");
+                    "2", "--max-prepared-per-uid", "5");
     C = th_connect(&D);
     holder by; /* a bystander within the node limit */
     holder_start(&by, C, program_named("pair"), TF_F64);
@@ -1951,6 +1961,21 @@ START_TEST(test_bad_graphs_raw) {
     expect_refusal(rg_prepare(fd, &g), TF_OK, NULL, -1, "a third prepared graph");
     g.p.id = 97;
     expect_refusal(rg_prepare(fd, &g), TF_ERR_QUOTA, "max_prepared", -1, "a fourth prepared graph");
+    /* The uid's bound counts every connection of the uid: a second one fills it, then is refused. */
+    int fd2 = raw_client(&D, "bad-graphs-2");
+    uint64_t held = prepared_listed(&D);
+    ck_assert_uint_lt(held, 5);
+    for (uint64_t id = 200; held < 5; id++, held++) {
+        g.p.id = id;
+        expect_refusal(rg_prepare(fd2, &g), TF_OK, NULL, -1, "a graph within the uid's bound");
+    }
+    ck_assert_uint_eq(prepared_listed(&D), 5);
+    g.p.id = 300;
+    expect_refusal(rg_prepare(fd2, &g), TF_ERR_QUOTA, "max_prepared_per_uid", -1,
+                   "a graph past the uid's bound");
+    close(fd2);
+    expect_connections(&D, 2, "after the second raw connection closed");
+    g.p.id = 97;
     raw_prepared_free(fd, 98);
     expect_refusal(rg_prepare(fd, &g), TF_OK, NULL, -1, "a prepared graph after one was freed");
     raw_prepared_free(fd, 97);

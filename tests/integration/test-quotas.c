@@ -388,6 +388,65 @@ START_TEST(test_upload_over_quota_allocates_nothing) {
 }
 END_TEST
 
+/*
+ * The bounds in force with no configuration at all are finite where each
+ * object costs the daemon host memory (tensors, queued operations), and on
+ * the CPU backend the device's memory (the host's) is half the physical
+ * memory: tensors past it are refused TF_ERR_NO_MEMORY for the client that
+ * asks, where overcommit would let the OOM killer end the daemon. The 1 GiB
+ * tensors are created empty (tf_zeros fills them only when read), so the
+ * test takes address space, not memory.
+ */
+START_TEST(test_default_bounds) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    Tenferro__Frame *r = th_status_report(&d);
+    ck_assert_ptr_nonnull(r);
+    const Tenferro__Quota *cq = r->status_reply->client_quota, *uq = r->status_reply->uid_quota;
+    ck_assert_ptr_nonnull(cq);
+    ck_assert_ptr_nonnull(uq);
+    ck_assert_uint_eq(cq->live_tensors, 262144);
+    ck_assert_uint_eq(cq->queued_ops, 131072);
+    ck_assert_uint_eq(uq->live_tensors, 1048576);
+    ck_assert_uint_eq(uq->queued_ops, 262144);
+    tf__frame_free(r);
+    if (strncmp(th_device(), "cpu", 3) != 0) {
+        CK_DAEMON_STOP(&d);
+        return;
+    }
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    const uint64_t half = (uint64_t)pages * (uint64_t)page / 2, gib = (uint64_t)1 << 30;
+    tf_client *c = th_connect(&d);
+    enum { MAX_BIG = 4096 };
+    static tf_tensor big[MAX_BIG];
+    int n = 0;
+    tf_status st = TF_OK;
+    const int64_t shape[1] = {(int64_t)(gib / sizeof(double))};
+    while (n < MAX_BIG && (st = tf_zeros(c, TF_F64, 1, shape, &big[n])) == TF_OK) n++;
+    ck_assert_msg(st == TF_ERR_NO_MEMORY, "tensor %d of 1 GiB: %s (%s)", n, tf_status_name(st),
+                  tf_client_last_error(c));
+    ck_assert_msg((uint64_t)n * gib <= half && (uint64_t)(n + 2) * gib > half,
+                  "%d tensors of 1 GiB were accepted against half the memory, %llu bytes", n,
+                  (unsigned long long)half);
+    /* Refused to this client only, and nothing is lost: a small tensor fits, and reads back. */
+    make_inputs();
+    tf_client *other = th_connect(&d);
+    tf_tensor small;
+    CK_STATUS(other, upload_vec(other, in_a, &small), TF_OK);
+    void *back = NULL;
+    size_t got = 0;
+    CK_STATUS(other, tf_download(other, small, &back, &got), TF_OK);
+    ck_assert_int_eq(memcmp(back, in_a, VBYTES), 0);
+    free(back);
+    tf_disconnect(other);
+    free_inputs();
+    for (int i = 0; i < n; i++) CK_STATUS(c, tf_tensor_free(c, big[i]), TF_OK);
+    tf_disconnect(c);
+    expect_counter(&d, "device_bytes_live", 0);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
 static Suite *quotas_suite(void) {
     Suite *s = suite_create("quotas");
     TCase *tc = tcase_create("quotas");
@@ -397,6 +456,7 @@ static Suite *quotas_suite(void) {
     tcase_add_loop_test(tc, test_live_tensors_quota, 0, 2);
     tcase_add_test(tc, test_queued_ops_quota);
     tcase_add_test(tc, test_upload_over_quota_allocates_nothing);
+    tcase_add_test(tc, test_default_bounds);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -18,6 +18,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -45,6 +46,10 @@
 #define TENSOR_BYTES (ELEMS * sizeof(double))
 
 static const int64_t SHAPE[2] = {ROWS, COLS};
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
 
 static uint64_t g_seq = 100;
 
@@ -78,6 +83,17 @@ static Tenferro__Frame *call(int fd, Tenferro__Frame *f) {
     return r;
 }
 
+/* Sends Mapped for buffer (0: the completion page): the daemon seals it; no reply. */
+static void send_mapped(int fd, uint64_t buffer) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__Mapped m = TENFERRO__MAPPED__INIT;
+    m.buffer = buffer;
+    f.seq = ++g_seq;
+    f.body_case = TENFERRO__FRAME__BODY_MAPPED;
+    f.mapped = &m;
+    ck_assert_int_eq(th_raw_send(fd, &f), 0);
+}
+
 /* Says Hello as client `name` and returns the reply and the descriptor that came with it. */
 static Tenferro__Frame *call_hello(int fd, const char *name, int *page_fd) {
     Tenferro__Frame f = TENFERRO__FRAME__INIT;
@@ -105,6 +121,7 @@ static raw_client raw_open(const th_daemon *d) {
     ck_assert_msg(rc.page != MAP_FAILED, "cannot map the completion page: %s", strerror(errno));
     close(page_fd);
     rc.box = (tf__mailbox *)((uint8_t *)rc.page + TF__MAILBOX_OFFSET);
+    send_mapped(rc.fd, 0);
     return rc;
 }
 
@@ -123,7 +140,20 @@ static void build_create(Tenferro__Frame *f, Tenferro__BufferCreate *b, uint64_t
     f->buffer_create = b;
 }
 
-/* Creates pinned buffer id of `bytes`, requiring success; returns its memfd. */
+/*
+ * The mapping each buffer got at its creation, by memfd: a sealed buffer
+ * takes no new writable mapping, so map_buffer hands this one out.
+ */
+static struct {
+    int mem;
+    void *map;
+    size_t bytes;
+} g_maps[64];
+
+/*
+ * Creates pinned buffer id of `bytes`, requiring success, maps it as a client
+ * does and says Mapped; returns its memfd.
+ */
 static int buffer_create(int fd, uint64_t id, uint64_t bytes) {
     Tenferro__Frame f;
     Tenferro__BufferCreate b;
@@ -132,6 +162,14 @@ static int buffer_create(int fd, uint64_t id, uint64_t bytes) {
     Tenferro__Frame *r = call_fd(fd, &f, &mem);
     CK_EXPECT_RESULT(r, TF_OK, NULL);
     ck_assert_msg(mem >= 0, "BufferCreate's reply carried no memfd");
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+    ck_assert_msg(p != MAP_FAILED, "cannot map a pinned buffer: %s", strerror(errno));
+    size_t i = 0;
+    while (i < sizeof g_maps / sizeof *g_maps - 1 && g_maps[i].map) i++;
+    g_maps[i].mem = mem;
+    g_maps[i].map = p;
+    g_maps[i].bytes = bytes;
+    send_mapped(fd, id);
     return mem;
 }
 
@@ -144,11 +182,16 @@ static void buffer_create_refused(int fd, uint64_t id, uint64_t bytes, tf_status
     CK_EXPECT_RESULT(call(fd, &f), status, needle);
 }
 
-/* Maps a buffer's memfd (the client's side of it). */
+/* The client's mapping of a buffer's memfd, made at its creation (its entry is given up). */
 static uint8_t *map_buffer(int mem, size_t bytes) {
-    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
-    ck_assert_msg(p != MAP_FAILED, "cannot map a pinned buffer: %s", strerror(errno));
-    return p;
+    for (size_t i = 0; i < sizeof g_maps / sizeof *g_maps; i++)
+        if (g_maps[i].map && g_maps[i].mem == mem && g_maps[i].bytes == bytes) {
+            void *p = g_maps[i].map;
+            g_maps[i].map = NULL;
+            return p;
+        }
+    ck_abort_msg("no mapping of memfd %d (%zu bytes) was made at its creation", mem, bytes);
+    return NULL;
 }
 
 /* Fills f/b with a BufferFree. */
@@ -473,15 +516,26 @@ START_TEST(test_completion_page_with_hello) {
     ck_assert_int_eq(st.st_size, TF_RING_MAP_BYTES); /* the slots, the mailbox and the submission ring */
     int seals = fcntl(page_fd, F_GET_SEALS);
     ck_assert_msg(seals >= 0, "the page is not a sealable memfd: %s", strerror(errno));
-    ck_assert_msg((seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) ==
-                      (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
-                  "page seals 0x%x lack shrink, grow or seal", seals);
+    ck_assert_msg((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW),
+                  "page seals 0x%x lack shrink or grow", seals);
     ck_assert_int_ne(ftruncate(page_fd, 0), 0);
     ck_assert_int_ne(ftruncate(page_fd, 2 * TF__COMPLETION_MAP_BYTES), 0);
+    /* The daemon's own writable mapping forbids a write seal, which would freeze it. */
     ck_assert_int_ne(fcntl(page_fd, F_ADD_SEALS, F_SEAL_WRITE), 0);
     tf__completion_slot *page =
         mmap(NULL, TF__COMPLETION_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
     ck_assert_ptr_ne(page, MAP_FAILED);
+    /* Once Mapped, the page is sealed: no hole can be punched, no new writable mapping made. */
+    send_mapped(fd, 0);
+    tensor_create(fd, 1, 2, SHAPE); /* answered after the Mapped before it */
+    seals = fcntl(page_fd, F_GET_SEALS);
+    ck_assert_msg((seals & (F_SEAL_FUTURE_WRITE | F_SEAL_SEAL)) == (F_SEAL_FUTURE_WRITE | F_SEAL_SEAL),
+                  "page seals 0x%x after Mapped lack future-write or seal", seals);
+    ck_assert_int_ne(fallocate(page_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                               TF_RING_MAP_BYTES), 0);
+    ck_assert_int_eq(errno, EPERM);
+    ck_assert_int_ne(madvise(page, TF__COMPLETION_MAP_BYTES, MADV_REMOVE), 0);
+    ck_assert_ptr_eq(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0), MAP_FAILED);
     for (size_t i = 0; i < TF__COMPLETION_SLOTS; i++) {
         ck_assert_uint_eq(page[i].state, 0);
         ck_assert_uint_eq(page[i].status, 0);
@@ -520,12 +574,20 @@ START_TEST(test_buffer_create_and_free) {
     ck_assert_int_ne(ftruncate(mem, 0), 0);
     ck_assert_int_ne(ftruncate(mem, 4096), 0);
     ck_assert_int_ne(ftruncate(mem, 1 << 20), 0);
+    /* Sealed once Mapped (buffer_create said it; a later frame is answered after the seal). */
+    tensor_create(c.fd, 99, 2, SHAPE);
+    seals = fcntl(mem, F_GET_SEALS);
+    ck_assert_msg((seals & F_SEAL_FUTURE_WRITE) != 0, "buffer seals 0x%x after Mapped lack future-write",
+                  seals);
+    ck_assert_int_ne(fallocate(mem, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 4096), 0);
+    ck_assert_int_eq(errno, EPERM);
     uint8_t *map = map_buffer(mem, bytes);
     for (size_t i = 0; i < bytes; i++) ck_assert_uint_eq(map[i], 0);
     memset(map, 0xab, bytes);
-    ck_assert_uint_eq(client_pinned_bytes(&d, c.client_id), bytes);
+    /* Counted in whole pages, as the kernel maps and pins them: 10000 bytes take three. */
+    ck_assert_uint_eq(client_pinned_bytes(&d, c.client_id), 3 * 4096);
     ck_assert_uint_eq(th_counter(&d, "pinned_buffers_live"), 1);
-    ck_assert_uint_eq(th_counter(&d, "pinned_bytes_live"), bytes);
+    ck_assert_uint_eq(th_counter(&d, "pinned_bytes_live"), 3 * 4096);
 
     buffer_create_refused(c.fd, 1, 64, TF_ERR_INVALID_ARGUMENT, "in use");
     buffer_create_refused(c.fd, 0, 64, TF_ERR_INVALID_ARGUMENT, "zero");
@@ -1032,9 +1094,21 @@ static int doomed_client(void *arg) {
     (void)arg;
     int fd = th_raw_connect(g_daemon);
     CHILD_CHECK(fd >= 0);
-    Tenferro__Frame *hello = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
-    CHILD_CHECK(hello && hello->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY);
+    Tenferro__Frame hf = TENFERRO__FRAME__INIT;
+    Tenferro__Hello h = TENFERRO__HELLO__INIT;
+    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
+    hf.seq = ++g_seq;
+    hf.body_case = TENFERRO__FRAME__BODY_HELLO;
+    hf.hello = &h;
+    CHILD_CHECK(th_raw_send(fd, &hf) == 0);
+    int page_fd;
+    Tenferro__Frame *hello = th_raw_recv_fd(fd, RAW_TIMEOUT_MS, &page_fd);
+    CHILD_CHECK(hello && hello->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY && page_fd >= 0);
     tf__frame_free(hello);
+    CHILD_CHECK(mmap(NULL, TF__COMPLETION_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0) !=
+                MAP_FAILED);
+    close(page_fd);
+    CHILD_CHECK(th_raw_send_mapped(fd, ++g_seq, 0) == 0);
     const int64_t shape[1] = {KILL_ELEMS};
     const uint64_t bytes = (uint64_t)KILL_ELEMS * sizeof(double);
     for (uint64_t i = 1; i <= KILL_TRANSFERS + 1; i++) {
@@ -1051,7 +1125,9 @@ static int doomed_client(void *arg) {
         CHILD_CHECK(r && r->body_case == TENFERRO__FRAME__BODY_RESULT && r->result->status == TF_OK);
         CHILD_CHECK(mem >= 0);
         tf__frame_free(r);
+        CHILD_CHECK(mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0) != MAP_FAILED);
         close(mem);
+        CHILD_CHECK(th_raw_send_mapped(fd, ++g_seq, i) == 0);
         Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
         up.tensor = 100 + i;
         up.create = 1;
@@ -1157,8 +1233,14 @@ START_TEST(test_requests_behind_buffer_create) {
     ck_assert_msg(r != NULL && r->seq == s_create, "the BufferCreate's reply did not come first");
     CK_EXPECT_RESULT(r, TF_OK, NULL);
     ck_assert_msg(mem >= 0, "BufferCreate's reply carried no memfd");
-    CK_EXPECT_RESULT(recv_reply(c.fd, s_transfer), TF_OK, NULL);
+    /* Handled after the creation: the buffer is known, but not to be used before Mapped. */
+    CK_EXPECT_RESULT(recv_reply(c.fd, s_transfer), TF_ERR_INVALID_ARGUMENT, "not sealed");
+    void *client_map = mmap(NULL, TENSOR_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+    ck_assert_ptr_ne(client_map, MAP_FAILED);
+    send_mapped(c.fd, 7);
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 7, 10, 2, 0, TENSOR_BYTES), TF_OK, NULL);
     ck_assert_int_eq(slot_wait(&c, 2), TF_OK);
+    munmap(client_map, TENSOR_BYTES);
     tensor_read(c.fd, 10, back, TENSOR_BYTES);
     for (size_t i = 0; i < ELEMS; i++)
         ck_assert_msg(back[i] == 0.0, "element %zu is %g after an upload from a fresh buffer", i,
@@ -1367,6 +1449,323 @@ START_TEST(test_stop_with_transfers_in_flight) {
 }
 END_TEST
 
+/* ---- a hostile client's hands on the shared pages (docs/security.md) ---- */
+
+/* Creates pinned buffer id of `bytes` and maps it, without saying Mapped: returns the memfd. */
+static int buffer_create_unsealed(int fd, uint64_t id, uint64_t bytes, uint8_t **map) {
+    Tenferro__Frame f;
+    Tenferro__BufferCreate b;
+    build_create(&f, &b, id, bytes);
+    int mem;
+    CK_EXPECT_RESULT(call_fd(fd, &f, &mem), TF_OK, NULL);
+    ck_assert_msg(mem >= 0, "BufferCreate's reply carried no memfd");
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+    ck_assert_msg(p != MAP_FAILED, "cannot map a pinned buffer: %s", strerror(errno));
+    *map = p;
+    return mem;
+}
+
+/*
+ * Nothing of the shared memory is used before Mapped: a pending transfer on a
+ * connection whose completion page is not sealed, or into a buffer not
+ * sealed, is refused typed; once Mapped, the same transfer runs. A client
+ * that sealed its buffer against further seals itself (so the daemon cannot
+ * forbid hole punching) has that buffer refused at its first use.
+ */
+START_TEST(test_shared_memory_used_only_once_mapped) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    /* A connection that never says Mapped for its page. */
+    int fd = th_raw_connect(&d);
+    int page_fd;
+    Tenferro__Frame *r = call_hello(fd, "unmapped-page", &page_fd);
+    ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_HELLO_REPLY);
+    tf__frame_free(r);
+    tf__completion_slot *page =
+        mmap(NULL, TF__COMPLETION_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+    ck_assert_ptr_ne(page, MAP_FAILED);
+    tensor_create(fd, 10, 2, SHAPE);
+    uint8_t *map;
+    int mem = buffer_create_unsealed(fd, 1, TENSOR_BYTES, &map);
+    CK_EXPECT_RESULT(transfer(fd, UP, 1, 10, 0, 0, TENSOR_BYTES), TF_ERR_INVALID_ARGUMENT,
+                     "completion page is not sealed");
+    ck_assert_uint_eq(page[0].state, 0); /* the daemon wrote nothing there */
+    munmap(map, TENSOR_BYTES);
+    close(mem);
+    munmap(page, TF__COMPLETION_MAP_BYTES);
+    close(page_fd);
+    close(fd);
+
+    /* A sealed page, a buffer not yet Mapped: refused; Mapped: served, the bytes right. */
+    raw_client c = raw_open(&d);
+    tensor_create(c.fd, 10, 2, SHAPE);
+    mem = buffer_create_unsealed(c.fd, 1, TENSOR_BYTES, &map);
+    static double data[ELEMS], back[ELEMS];
+    fill(data, ELEMS);
+    memcpy(map, data, TENSOR_BYTES);
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, 0, 0, TENSOR_BYTES), TF_ERR_INVALID_ARGUMENT,
+                     "not sealed");
+    send_mapped(c.fd, 1);
+    slot_arm(&c, 0);
+    CK_EXPECT_RESULT(transfer(c.fd, UP, 1, 10, 0, 0, TENSOR_BYTES), TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 0), TF_OK);
+    tensor_read(c.fd, 10, back, TENSOR_BYTES);
+    ck_assert_int_eq(memcmp(back, data, TENSOR_BYTES), 0);
+    munmap(map, TENSOR_BYTES);
+    close(mem);
+
+    /* The client seals against further seals before Mapped: the daemon cannot protect it. */
+    mem = buffer_create_unsealed(c.fd, 2, TENSOR_BYTES, &map);
+    ck_assert_int_eq(fcntl(mem, F_ADD_SEALS, F_SEAL_SEAL), 0);
+    send_mapped(c.fd, 2);
+    CK_EXPECT_RESULT(transfer(c.fd, DOWN, 2, 10, 1, 0, TENSOR_BYTES), TF_ERR_INVALID_ARGUMENT,
+                     "could not be sealed");
+    ck_assert_uint_eq(th_counter(&d, "shared_seals_refused"), 1);
+    munmap(map, TENSOR_BYTES);
+    close(mem);
+    raw_close(&c);
+    expect_counter(&d, "pinned_buffers_live", 0);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+#define HUGE_SYSFS "/sys/kernel/mm/hugepages/hugepages-2048kB/"
+
+/* Reads one number from a hugetlb sysfs file; -1 when there is none. */
+static long huge_read(const char *name) {
+    char path[128];
+    snprintf(path, sizeof path, HUGE_SYSFS "%s", name);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+/* Sets the pool's size; 0 when it took. */
+static int huge_set_pool(long pages) {
+    FILE *f = fopen(HUGE_SYSFS "nr_hugepages", "w");
+    if (!f) return -1;
+    int rc = fprintf(f, "%ld\n", pages) > 0 ? 0 : -1;
+    if (fclose(f) != 0) rc = -1;
+    return rc == 0 && huge_read("nr_hugepages") >= pages ? 0 : -1;
+}
+
+/*
+ * The SIGBUS attack on a buffer on huge pages: before saying Mapped, the
+ * client punches a hole over the whole buffer, takes the freed huge pages
+ * with a memfd of its own and asks for a download into the buffer. The
+ * daemon seals at Mapped, finds it cannot get the pages back, and refuses the
+ * buffer typed at its first transfer (TF_ERR_NO_MEMORY) instead of faulting;
+ * everyone else is served. After Mapped, a hole can no longer be punched.
+ * Needs root to size the huge page pool; without a pool it says so and checks
+ * nothing of huge pages.
+ */
+START_TEST(test_punched_huge_pages_do_not_kill) {
+    const long before = huge_read("nr_hugepages");
+    if (geteuid() != 0 || before < 0 || huge_set_pool(before + 4) != 0) {
+        fprintf(stderr, "test_punched_huge_pages_do_not_kill: no huge page pool to size here "
+                        "(needs root and hugetlbfs); the huge-page case was not run\n");
+        return;
+    }
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    raw_client c = raw_open(&d);
+    const size_t bytes = (size_t)4 << 20;
+    const int64_t shape[2] = {512, 1024}; /* 4 MiB of f64 */
+    tensor_create(c.fd, 10, 2, shape);
+    double *data = malloc(bytes);
+    fill(data, bytes / sizeof(double));
+    CK_EXPECT_RESULT(tensor_write(c.fd, 10, data, bytes), TF_OK, NULL);
+    uint8_t *map;
+    int mem = buffer_create_unsealed(c.fd, 1, bytes, &map);
+    ck_assert_uint_eq(th_counter(&d, "pinned_buffers_huge"), 1);
+    /* Touched first: the pages leave the reservation, so the punch gives them back to the pool. */
+    memset(map, 0x5a, bytes);
+    ck_assert_int_eq(fallocate(mem, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes), 0);
+    long free_pages = huge_read("free_hugepages") - huge_read("resv_hugepages");
+    ck_assert_msg(free_pages >= 2, "the punched pages did not go back to the pool (%ld free, %ld "
+                                   "reserved)",
+                  huge_read("free_hugepages"), huge_read("resv_hugepages"));
+    int thief = memfd_create("thief", MFD_HUGETLB);
+    ck_assert_int_ge(thief, 0);
+    ck_assert_int_eq(ftruncate(thief, (off_t)free_pages << 21), 0);
+    ck_assert_msg(fallocate(thief, 0, 0, (off_t)free_pages << 21) == 0,
+                  "the thief cannot take %ld huge pages: %s", free_pages, strerror(errno));
+    ck_assert_int_eq(huge_read("free_hugepages"), 0);
+    send_mapped(c.fd, 1);
+    CK_EXPECT_RESULT(transfer(c.fd, DOWN, 1, 10, 0, 0, bytes), TF_ERR_NO_MEMORY, "freed by the client");
+    ck_assert_uint_eq(th_counter(&d, "shared_seals_refused"), 1);
+    /* The daemon is alive and serves this client and a new one. */
+    static double back[ELEMS];
+    tensor_create(c.fd, 11, 2, SHAPE);
+    CK_EXPECT_RESULT(tensor_write(c.fd, 11, data, TENSOR_BYTES), TF_OK, NULL);
+    tensor_read(c.fd, 11, back, TENSOR_BYTES);
+    ck_assert_int_eq(memcmp(back, data, TENSOR_BYTES), 0);
+    munmap(map, bytes);
+    close(mem);
+    CK_EXPECT_RESULT(buffer_free(c.fd, 1), TF_OK, NULL);
+
+    /* Pages given back: a new huge buffer, Mapped at once, cannot be punched any more. */
+    close(thief);
+    mem = buffer_create(c.fd, 2, bytes);
+    map = map_buffer(mem, bytes);
+    tensor_create(c.fd, 12, 2, SHAPE); /* answered once the Mapped before it has sealed */
+    ck_assert_int_ne(fallocate(mem, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, (off_t)bytes), 0);
+    ck_assert_int_eq(errno, EPERM);
+    ck_assert_int_ne(madvise(map, bytes, MADV_REMOVE), 0);
+    slot_arm(&c, 1);
+    CK_EXPECT_RESULT(transfer(c.fd, DOWN, 2, 10, 1, 0, bytes), TF_OK, NULL);
+    ck_assert_int_eq(slot_wait(&c, 1), TF_OK);
+    ck_assert_int_eq(memcmp(map, data, bytes), 0);
+    munmap(map, bytes);
+    close(mem);
+    raw_close(&c);
+    free(data);
+    CK_DAEMON_STOP(&d);
+    ck_assert_int_eq(huge_set_pool(before) == 0 || huge_read("nr_hugepages") == before, 1);
+}
+END_TEST
+
+/*
+ * Mappings cannot be exhausted: buffers are counted per client, per uid and
+ * for the daemon, in whole pages for the byte limits (a 1-byte buffer costs
+ * a page), and at most 8 may wait for their Mapped. Each refusal is typed and
+ * names its setting; the limits hold for root too.
+ */
+START_TEST(test_buffer_count_limits) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--max-buffers-per-client", "16", "--max-buffers-per-uid", "40");
+    raw_client a = raw_open(&d), b = raw_open(&d), e = raw_open(&d);
+    for (uint64_t id = 1; id <= 16; id++) close(buffer_create(a.fd, id, 1));
+    buffer_create_refused(a.fd, 17, 1, TF_ERR_QUOTA, "max_buffers_per_client");
+    ck_assert_uint_eq(client_pinned_bytes(&d, a.client_id), 16 * 4096);
+    ck_assert_uint_eq(th_counter(&d, "pinned_bytes_live"), 16 * 4096);
+    uint8_t *maps[8];
+    int mems[8];
+    for (int i = 0; i < 8; i++) mems[i] = buffer_create_unsealed(b.fd, (uint64_t)i + 1, 100, &maps[i]);
+    buffer_create_refused(b.fd, 9, 1, TF_ERR_QUOTA, "not yet Mapped");
+    for (int i = 0; i < 8; i++) {
+        send_mapped(b.fd, (uint64_t)i + 1);
+        munmap(maps[i], 100);
+        close(mems[i]);
+    }
+    for (uint64_t id = 9; id <= 16; id++) close(buffer_create(b.fd, id, 1));
+    for (uint64_t id = 1; id <= 8; id++) close(buffer_create(e.fd, id, 1));
+    buffer_create_refused(e.fd, 9, 1, TF_ERR_QUOTA, "max_buffers_per_uid");
+    ck_assert_uint_eq(th_counter(&d, "limit_refusals"), 3);
+    raw_close(&a);
+    expect_counter(&d, "pinned_buffers_live", 24);
+    close(buffer_create(e.fd, 9, 1));
+    raw_close(&b);
+    raw_close(&e);
+    expect_counter(&d, "pinned_buffers_live", 0);
+    expect_counter(&d, "pinned_bytes_live", 0);
+    CK_DAEMON_STOP(&d);
+
+    CK_DAEMON_START(&d, "--max-buffers", "20");
+    a = raw_open(&d);
+    b = raw_open(&d);
+    close(buffer_create(a.fd, 1, 1));
+    close(buffer_create(a.fd, 2, 1));
+    for (uint64_t id = 1; id <= 18; id++) close(buffer_create(b.fd, id, 1 + id % 3));
+    buffer_create_refused(b.fd, 19, 1, TF_ERR_QUOTA, "max_buffers");
+    raw_close(&a);
+    raw_close(&b);
+    expect_counter(&d, "pinned_buffers_live", 0);
+    CK_DAEMON_STOP(&d);
+
+    CK_DAEMON_START(&d, "--client-pinned-bytes", "8192");
+    a = raw_open(&d);
+    close(buffer_create(a.fd, 1, 1));
+    close(buffer_create(a.fd, 2, 1));
+    buffer_create_refused(a.fd, 3, 1, TF_ERR_QUOTA, "pinned_bytes"); /* two pages are the quota */
+    raw_close(&a);
+    expect_counter(&d, "pinned_bytes_live", 0);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
+/* Mappings of process pid (lines of /proc/pid/maps). */
+static long process_mappings(pid_t pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    long n = 0;
+    for (int ch; (ch = fgetc(f)) != EOF;) n += ch == '\n';
+    fclose(f);
+    return n;
+}
+
+/*
+ * The mapping-exhaustion attack with the default limits: one uid creates
+ * 1-byte buffers on connection after connection until refused. It is
+ * stopped at [limits] max_buffers_per_uid, the daemon's mappings stay far
+ * from vm.max_map_count, and a new client connects and moves 8 MiB intact.
+ */
+START_TEST(test_mapping_exhaustion_stopped) {
+    th_daemon d;
+    CK_DAEMON_START(&d, "--workers", "2");
+    const long maps_before = process_mappings(d.pid);
+    raw_client conns[6] = {{0}};
+    uint64_t made = 0;
+    int refused = 0;
+    for (int k = 0; k < 6 && !refused; k++) {
+        conns[k] = raw_open(&d);
+        for (uint64_t id = 1; id <= 2000; id++) {
+            Tenferro__Frame f;
+            Tenferro__BufferCreate bc;
+            build_create(&f, &bc, id, 1);
+            int mem;
+            Tenferro__Frame *r = call_fd(conns[k].fd, &f, &mem);
+            ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_RESULT);
+            if (r->result->status != TF_OK) {
+                CK_RESULT(r->result, TF_ERR_QUOTA, "max_buffers_per");
+                tf__frame_free(r);
+                refused = made >= 4096; /* the uid's bound, not a connection's */
+                break;
+            }
+            tf__frame_free(r);
+            void *p = mmap(NULL, 1, PROT_READ | PROT_WRITE, MAP_SHARED, mem, 0);
+            ck_assert_ptr_ne(p, MAP_FAILED);
+            munmap(p, 1);
+            close(mem);
+            send_mapped(conns[k].fd, id);
+            made++;
+        }
+    }
+    ck_assert_uint_eq(made, 4096); /* 4 connections of 1024, then the uid's bound */
+    ck_assert_msg(process_mappings(d.pid) - maps_before < 4096 + 64,
+                  "the daemon holds %ld mappings more than at start",
+                  process_mappings(d.pid) - maps_before);
+    tf_client *bystander = th_connect(&d);
+    const size_t n = (8u << 20) / sizeof(double);
+    double *in = malloc(n * sizeof *in), *out = NULL;
+    size_t got = 0;
+    fill(in, n);
+    tf_tensor t;
+    ck_assert_int_eq(tf_upload(bystander, TF_F64, 1, (int64_t[]){(int64_t)n}, in, &t), TF_OK);
+    ck_assert_int_eq(tf_download(bystander, t, (void **)&out, &got), TF_OK);
+    ck_assert_uint_eq(got, n * sizeof *in);
+    ck_assert_int_eq(memcmp(in, out, got), 0);
+    free(in);
+    free(out);
+    tf_disconnect(bystander);
+    for (int k = 0; k < 6; k++)
+        if (conns[k].fd > 0) raw_close(&conns[k]);
+    expect_counter(&d, "pinned_buffers_live", 0);
+    /* Buffers are unmapped on the thread pool, just after they leave the books. */
+    /* A margin for the thread pool's stacks and malloc's arenas, which the attack started. */
+    for (int i = 0; i < 100 && process_mappings(d.pid) > maps_before + 64; i++) usleep(50000);
+    ck_assert_msg(process_mappings(d.pid) <= maps_before + 64, "mappings left behind: %ld, %ld at start",
+                  process_mappings(d.pid), maps_before);
+    CK_DAEMON_STOP(&d);
+}
+END_TEST
+
 static Suite *transfers_raw_suite(void) {
     Suite *s = suite_create("transfers-raw");
     TCase *tc = tcase_create("daemon");
@@ -1386,6 +1785,10 @@ static Suite *transfers_raw_suite(void) {
     tcase_add_test(tc, test_mailbox_doorbell);
     tcase_add_test(tc, test_requests_behind_buffer_create);
     tcase_add_test(tc, test_hang_up_during_buffer_create);
+    tcase_add_test(tc, test_shared_memory_used_only_once_mapped);
+    tcase_add_test(tc, test_punched_huge_pages_do_not_kill);
+    tcase_add_test(tc, test_buffer_count_limits);
+    tcase_add_test(tc, test_mapping_exhaustion_stopped);
     suite_add_tcase(s, tc);
     return s;
 }

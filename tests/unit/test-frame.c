@@ -163,7 +163,7 @@ static void build_empty(void) {
 /* ---- what must come back ---- */
 
 static void check_hello(const Tenferro__Frame *f) {
-    ck_assert_uint_eq(f->hello->protocol_version, 1);
+    ck_assert_uint_eq(f->hello->protocol_version, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
     ck_assert_str_eq(f->hello->client_name, "unit-test \xc3\xa9");
 }
 
