@@ -1397,7 +1397,8 @@ END_TEST
  */
 START_TEST(test_mailbox_doorbell) {
     th_daemon d;
-    CK_DAEMON_START(&d, "--busy-poll-us", "0");
+    /* Not polling at all: neither after activity nor across request gaps (auto polls on CUDA). */
+    CK_DAEMON_START(&d, "--busy-poll-us", "0", "--idle-poll-max-us", "0");
     raw_client c = raw_open(&d);
     int mem;
     uint8_t *map = tensor_and_filled_buffer(&c, &mem);
