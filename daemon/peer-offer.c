@@ -283,6 +283,13 @@ void tfd_handle_peer_fetch(tfd_conn *c, Tenferro__Frame *frame) {
                      "Hello.peer_daemon), not for clients");
         return;
     }
+    /* The fetch asks for the uid its connection is charged to: one peer connection, one asker. */
+    if (requester_uid != (uint32_t)c->asking_uid) {
+        refuse_fetch(c, seq, TF_ERR_PERMISSION,
+                     "PeerFetch.requester_uid is not the uid this peer connection said Hello for "
+                     "(Hello.asking_uid)");
+        return;
+    }
     tfd_offer *o = find_offer(srv, token);
     if (!o || o->state != OFFERED || o->owner->closing) {
         refuse_fetch(c, seq, TF_ERR_UNKNOWN_HANDLE,

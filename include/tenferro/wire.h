@@ -14,7 +14,8 @@
  * The mailbox: the client fills the request fields, stores SUBMITTED, then
  * reads daemon_polling (both sequentially consistent); on 0 it sends a
  * MailboxDoorbell frame. The daemon starts the request only after handling
- * every frame up to after_seq, writes status and message, stores ANSWERED,
+ * every frame up to after_seq (a doorbell's own number does not count: name
+ * the last other frame sent), writes status and message, stores ANSWERED,
  * and wakes the futex on state when client_sleeping is 1. The client reads
  * the answer and stores IDLE. The daemon reads each field once and checks
  * everything, as for a frame.

@@ -483,6 +483,16 @@ START_TEST(test_copy_hostile) {
     up.body_case = TENFERRO__FRAME__BODY_UPLOAD;
     up.upload = &upload;
     CK_EXPECT_RESULT(raw_call(fp, &up, 2), TF_ERR_PERMISSION, "only fetches offers");
+    /* It fetches for the uid its Hello named, no other: the offer stays untaken. */
+    fetch.requester_uid = 12345;
+    pf.seq = 3;
+    ck_assert_int_eq(th_raw_send(fp, &pf), 0);
+    reply = th_raw_recv_fd(fp, RAW_MS, &got_fd);
+    ck_assert_ptr_nonnull(reply);
+    ck_assert_int_eq(reply->body_case, TENFERRO__FRAME__BODY_PEER_FETCH_REPLY);
+    CK_RESULT(reply->peer_fetch_reply->result, TF_ERR_PERMISSION, "asking_uid");
+    ck_assert_int_eq(got_fd, -1);
+    tf__frame_free(reply);
     close(fp);
     /* The offering connection leaves: its untaken offer goes with it. */
     close(fa);
