@@ -50,7 +50,7 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
     Tenferro__ClientInfo **info_ptrs = calloc(n ? n : 1, sizeof *info_ptrs);
     uint64_t *queued_ids = calloc(srv->res.n_queued + 1, sizeof *queued_ids);
 #define COUNT_(name) +1
-    enum { n_counters = 0 TFD_COUNTER_LIST(COUNT_) + 5 };
+    enum { n_counters = 0 TFD_COUNTER_LIST(COUNT_) + 6 };
 #undef COUNT_
     Tenferro__Counter counters[n_counters];
     Tenferro__Counter *counter_ptrs[n_counters];
@@ -116,12 +116,15 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
     TFD_COUNTER_LIST(COUNTER_)
 #undef COUNTER_
     tfd_executor_counters *xc = tfd_executor_counters_of(srv->ex);
-    const char *names[5] = {"ops_executed", "items_executed", "execution_errors",
-                            "device_bytes_live", "device_allocations_live"};
-    uint64_t values[5] = {atomic_load(&xc->ops_executed), atomic_load(&xc->items_executed),
+    /* Connections not yet past their Hello are no client row: the gauge counts them. */
+    uint64_t before_hello = 0;
+    for (const tfd_conn *o = srv->conns; o; o = o->next) before_hello += !o->hello_done && !o->closing;
+    const char *names[6] = {"ops_executed",      "items_executed",          "execution_errors",
+                            "device_bytes_live", "device_allocations_live", "connections_before_hello"};
+    uint64_t values[6] = {atomic_load(&xc->ops_executed), atomic_load(&xc->items_executed),
                           atomic_load(&xc->execution_errors), atomic_load(&xc->device_bytes_live),
-                          atomic_load(&xc->device_allocations_live)};
-    for (int i = 0; i < 5; i++, m++) {
+                          atomic_load(&xc->device_allocations_live), before_hello};
+    for (int i = 0; i < 6; i++, m++) {
         tenferro__counter__init(&counters[m]);
         counters[m].name = (char *)names[i];
         counters[m].value = values[i];
