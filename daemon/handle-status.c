@@ -120,7 +120,7 @@ void tfd_handle_status(tfd_conn *c, Tenferro__Frame *frame) {
     uint64_t before_hello = 0;
     for (const tfd_conn *o = srv->conns; o; o = o->next) before_hello += !o->hello_done && !o->closing;
     const char *names[6] = {"ops_executed",      "items_executed",          "execution_errors",
-                            "device_bytes_live", "device_allocations_live", "connections_before_hello"};
+                            "device_bytes_live", "device_allocations_live", "handshakes_live"};
     uint64_t values[6] = {atomic_load(&xc->ops_executed), atomic_load(&xc->items_executed),
                           atomic_load(&xc->execution_errors), atomic_load(&xc->device_bytes_live),
                           atomic_load(&xc->device_allocations_live), before_hello};

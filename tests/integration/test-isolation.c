@@ -343,14 +343,14 @@ START_TEST(test_idle_connections_lock_nobody_out) {
      * The status counts them, though they are no client yet: the uid's 8 (root's 4 are past
      * their Hello), or fewer once the deadline has begun closing them.
      */
-    const uint64_t before_hello = th_counter(&d, "connections_before_hello");
+    const uint64_t before_hello = th_counter(&d, "handshakes_live");
     ck_assert_uint_le(before_hello, 8);
     ck_assert_msg(before_hello == 8 || th_counter(&d, "handshake_timeouts") > 0,
                   "%llu connections before their Hello listed, 8 open",
                   (unsigned long long)before_hello);
     /* The allowed uid's idle connections are closed at the deadline. */
     ck_assert(th_wait_counter(&d, "handshake_timeouts", 8, RAW_MS));
-    ck_assert_uint_eq(th_counter(&d, "connections_before_hello"), 0);
+    ck_assert_uint_eq(th_counter(&d, "handshakes_live"), 0);
     for (int i = 0; i < 4; i++) tf_disconnect(c[i]);
     ck_assert_int_eq(th_wait(refused), 0);
     ck_assert_int_eq(th_wait(capped), 0);
