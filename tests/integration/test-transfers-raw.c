@@ -1739,7 +1739,8 @@ START_TEST(test_mapping_exhaustion_stopped) {
         }
     }
     ck_assert_uint_eq(made, 4096); /* 4 connections of 1024, then the uid's bound */
-    ck_assert_msg(process_mappings(d.pid) - maps_before < 4096 + 64,
+    /* Far below vm.max_map_count; the margin covers a sanitizer's own mappings of a busy daemon. */
+    ck_assert_msg(process_mappings(d.pid) - maps_before < 4096 + 512,
                   "the daemon holds %ld mappings more than at start",
                   process_mappings(d.pid) - maps_before);
     tf_client *bystander = th_connect(&d);
