@@ -1761,8 +1761,8 @@ START_TEST(test_mapping_exhaustion_stopped) {
     expect_counter(&d, "pinned_buffers_live", 0);
     /* Buffers are unmapped on the thread pool, just after they leave the books. */
     /* A margin for the thread pool's stacks and malloc's arenas, which the attack started. */
-    for (int i = 0; i < 100 && process_mappings(d.pid) > maps_before + 64; i++) usleep(50000);
-    ck_assert_msg(process_mappings(d.pid) <= maps_before + 64, "mappings left behind: %ld, %ld at start",
+    for (int i = 0; i < 100 && process_mappings(d.pid) > maps_before + 256; i++) usleep(50000);
+    ck_assert_msg(process_mappings(d.pid) <= maps_before + 256, "mappings left behind: %ld, %ld at start",
                   process_mappings(d.pid), maps_before);
     CK_DAEMON_STOP(&d);
 }
