@@ -39,7 +39,7 @@ tf_status tfd_memfd_create(const char *name, size_t bytes, void **map, size_t *m
         snprintf(msg, msg_len, "a shared buffer of %zu bytes cannot be created", bytes);
         return TF_ERR_INVALID_ARGUMENT;
     }
-    size_t rounded = (bytes + pg - 1) / pg * pg;
+    size_t rounded = tfd_pinned_charge(bytes); /* the mapping is whole pages, as the limits count */
     const char *what = "memfd_create";
     int f = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (f < 0) goto fail;

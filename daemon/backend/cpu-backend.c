@@ -118,13 +118,18 @@ static void cpu_stream_destroy(tfd_backend *be, void *stream) {
 /* Up to this size an allocation uses plain malloc. */
 #define CPU_SMALL_BYTES 4096
 
+/* What an allocation of `bytes` takes, and counts against the device's memory: whole cache lines, at least one. */
+static size_t cpu_rounded(size_t bytes) {
+    size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
+    return rounded < CPU_ALIGN ? CPU_ALIGN : rounded;
+}
+
 static tf_status cpu_alloc(tfd_backend *be, void *stream, size_t bytes, void **ptr) {
     (void)be;
     (void)stream;
     *ptr = NULL;
     if (bytes > physical_bytes || bytes > SIZE_MAX - (CPU_ALIGN - 1)) return TF_ERR_NO_MEMORY;
-    size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
-    if (rounded < CPU_ALIGN) rounded = CPU_ALIGN;
+    size_t rounded = cpu_rounded(bytes);
     size_t before = atomic_fetch_add_explicit(&live_bytes, rounded, memory_order_relaxed);
     if (before + rounded > physical_bytes / 2) {
         atomic_fetch_sub_explicit(&live_bytes, rounded, memory_order_relaxed);
@@ -154,9 +159,7 @@ static void cpu_free(tfd_backend *be, void *stream, void *ptr, size_t bytes) {
     (void)be;
     (void)stream;
     if (!ptr) return;
-    size_t rounded = (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN;
-    if (rounded < CPU_ALIGN) rounded = CPU_ALIGN;
-    atomic_fetch_sub_explicit(&live_bytes, rounded, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&live_bytes, cpu_rounded(bytes), memory_order_relaxed);
     if (bytes > CPU_SMALL_BYTES || !tfd_cpu_block_give(ptr)) free(ptr);
 }
 
