@@ -29,7 +29,7 @@ NVCC ?= nvcc
 CUDA_HOME ?= /usr/local/cuda
 
 ifeq ($(CUDA),auto)
-  HAVE_CUDA := $(if $(wildcard daemon/backend/cuda-backend.c),$(if $(shell command -v $(NVCC) 2>/dev/null || test -x $(CUDA_HOME)/bin/nvcc && echo y),1,0),0)
+  HAVE_CUDA := $(if $(wildcard daemon/backend/cuda/backend.c),$(if $(shell command -v $(NVCC) 2>/dev/null || test -x $(CUDA_HOME)/bin/nvcc && echo y),1,0),0)
 else
   HAVE_CUDA := $(CUDA)
 endif
@@ -104,21 +104,21 @@ CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/
                   client/view-fft.c client/graph.c client/daemon-status.c client/ring.c \
                   client/peer-copy.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
-BACKEND_SRC := $(wildcard daemon/backend/*.c)
-CUDA_CU_SRC := $(wildcard daemon/backend/*.cu)
+BACKEND_SRC := $(wildcard daemon/backend/*.c daemon/backend/cpu/*.c daemon/backend/cuda/*.c)
+CUDA_CU_SRC := $(wildcard daemon/backend/cuda/*.cu)
 
 ifeq ($(HAVE_CUDA),1)
   CFLAGS_DAEMON_DEFS := -DTFD_HAVE_CUDA
   CUDA_OBJ := $(CUDA_CU_SRC:%.cu=$(BUILD)/obj/%.o)
   # The CUDA backend's C files include the runtime and cuBLAS headers (-isystem: no -Werror there).
-  $(BUILD)/obj/daemon/backend/cuda-%.o: CFLAGS_DAEMON_DEFS += -isystem $(CUDA_HOME)/include
+  $(BUILD)/obj/daemon/backend/cuda/%.o: CFLAGS_DAEMON_DEFS += -isystem $(CUDA_HOME)/include
   ifeq ($(STATIC_DEPS),1)
     LIB_CUDA := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -l:libcudart_static.a -ldl -lrt -lstdc++
   else
     LIB_CUDA := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -lcudart -lstdc++
   endif
 else
-  BACKEND_SRC := $(filter-out daemon/backend/cuda-%,$(BACKEND_SRC))
+  BACKEND_SRC := $(filter-out daemon/backend/cuda/%,$(BACKEND_SRC))
   CUDA_OBJ :=
   LIB_CUDA :=
 endif
@@ -203,7 +203,7 @@ $(BUILD)/libtenferro-client.a: $(CLIENT_OBJ) $(COMMON_OBJ)
 
 # The CPU backend's elementwise loops are vectorized (GCC's -O2 leaves loops of unknown length
 # scalar); -O3 changes no floating-point result: no -ffast-math, and ISO C keeps contraction off.
-$(BUILD)/obj/daemon/backend/cpu-elementwise.o: CFLAGS += -O3
+$(BUILD)/obj/daemon/backend/cpu/elementwise.o: CFLAGS += -O3
 
 # The shared library exports the tf_ API only (client/libtenferro-client.map, docs/abi.md); the
 # file is named after its soname, and libtenferro-client.so links to it, as installed.
@@ -234,7 +234,7 @@ FAILALLOC_OWN_OBJ := $(BUILD)/obj/failalloc/item-pool.o $(BUILD)/obj/failalloc/r
                      $(call obj,tests/failalloc/failalloc.c)
 FAILALLOC_OBJ := $(call obj,daemon/main.c) $(COMMON_OBJ) $(FAILALLOC_OWN_OBJ) \
                  $(filter-out $(call obj,daemon/item-pool.c daemon/backend/registry.c) \
-                   $(BUILD)/obj/daemon/backend/cuda-%.o $(CUDA_OBJ),$(DAEMON_OBJ))
+                   $(BUILD)/obj/daemon/backend/cuda/%.o $(CUDA_OBJ),$(DAEMON_OBJ))
 $(BUILD)/obj/failalloc/item-pool.o: daemon/item-pool.c $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DTFD_ITEM_POOL_OFF -c $< -o $@
@@ -282,7 +282,7 @@ $(BUILD)/bench/%: $(BUILD)/obj/bench/%.o $(call obj,bench/bench-common.c) $(BUIL
 # so it links the CPU backend's objects (the common objects come with the library).
 # The FFT files (plan cache, geometry) and the log come with them.
 FFT_BACKEND_SRC := daemon/backend/plan-cache.c daemon/backend/fft-layout.c
-CPU_BACKEND_OBJ := $(call obj,$(filter daemon/backend/backend.c daemon/backend/cpu-% daemon/backend/contract-%,$(BACKEND_SRC)) \
+CPU_BACKEND_OBJ := $(call obj,$(filter daemon/backend/backend.c daemon/backend/cpu/% daemon/backend/contract-%,$(BACKEND_SRC)) \
                      $(FFT_BACKEND_SRC) daemon/log.c)
 $(BUILD)/bench/bench-held-chain: $(BUILD)/obj/bench/bench-held-chain.o $(call obj,bench/bench-common.c) \
                                  $(CPU_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
@@ -340,9 +340,9 @@ $(BUILD)/bench/gpu/bench-multi: $(BUILD)/obj/bench/gpu/bench-multi.o $(GPU_BENCH
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
 
 # bench-gpu-chain runs the daemon's CUDA kernels in-process (tfd_cuda_backend) as its baseline.
-CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c daemon/backend/cpu-peer.c \
+CUDA_BACKEND_OBJ := $(call obj,daemon/log.c daemon/backend/backend.c daemon/backend/cpu/peer.c \
                       $(FFT_BACKEND_SRC) \
-                      $(filter daemon/backend/cuda-% daemon/backend/contract-%,$(BACKEND_SRC))) $(CUDA_OBJ)
+                      $(filter daemon/backend/cuda/% daemon/backend/contract-%,$(BACKEND_SRC))) $(CUDA_OBJ)
 $(BUILD)/bench/gpu/bench-gpu-chain: $(BUILD)/obj/bench/gpu/bench-gpu-chain.o $(GPU_BENCH_OBJ) \
                                     $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "daemon/admission.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/server.h"

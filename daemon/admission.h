@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "common/frame.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 
 /*
  * Asks for the domain for a held open (held = 1, *session_id receives the new

@@ -3,7 +3,7 @@
  * handshake must come first; a frame the daemon does not know is answered
  * with a typed error and the connection stays usable.
  */
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/server.h"

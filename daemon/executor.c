@@ -13,6 +13,7 @@
 #include "common/frame.h"
 #include "common/spin.h"
 #include "daemon/executor.h"
+#include "daemon/item-pool.h"
 #include "daemon/log.h"
 #include "daemon/sync-point.h"
 

@@ -226,26 +226,6 @@ int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome);
 void tfd_stream_cancel(tfd_stream *s);
 
 /*
- * Allocates a zeroed item, reusing a let-go one when it can (item-pool.c);
- * NULL when out of memory. The outcome's message is an empty string, the
- * rest of its bytes are not cleared.
- */
-tfd_item *tfd_item_new(tfd_item_type type);
-
-/* Lets an item go (after its callback, after it ran, or one never enqueued); any thread. */
-void tfd_item_free(tfd_item *item);
-
-/* Frees the items kept for reuse (the calling thread's and the shared ones), at shutdown. */
-void tfd_item_pool_drain(void);
-
-/*
- * Between these, items the calling thread lets go are kept back and returned
- * to the pool together at the release (a worker serving a stream).
- */
-void tfd_item_pool_hold(void);
-void tfd_item_pool_release(void);
-
-/*
  * Loop thread: takes a WRITE or READ item whose host side is page-locked (a
  * pinned buffer) instead of queueing it, when no worker holds the stream, so
  * its order is kept. A backend whose copies only enqueue device work (they

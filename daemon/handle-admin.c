@@ -13,8 +13,9 @@
 #include <unistd.h>
 
 #include "daemon/access.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/handlers.h"
+#include "daemon/item-pool.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/options.h"

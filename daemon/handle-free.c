@@ -8,10 +8,11 @@
  * connection).
  */
 #include "daemon/batch.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "daemon/tensor-table.h"
 
 void tfd_handle_free(tfd_conn *c, Tenferro__Frame *frame) {
     Tenferro__Free *fr = frame->free;

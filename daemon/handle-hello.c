@@ -14,7 +14,7 @@
 
 #include "common/sanitize.h"
 #include "daemon/access.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/handlers.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"

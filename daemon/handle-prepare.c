@@ -18,8 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/conn.h"
+#include "daemon/connection.h"
+#include "daemon/handle-prepare.h"
 #include "daemon/handlers.h"
+#include "daemon/item-pool.h"
 #include "daemon/log.h"
 #include "daemon/quota.h"
 #include "daemon/server.h"

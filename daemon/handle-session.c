@@ -9,8 +9,9 @@
 
 #include "daemon/admission.h"
 #include "daemon/batch.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/handlers.h"
+#include "daemon/item-pool.h"
 #include "daemon/log.h"
 #include "daemon/server.h"
 

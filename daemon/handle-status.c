@@ -4,8 +4,9 @@
  */
 #include <stdlib.h>
 
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/counters.h"
+#include "daemon/handle-buffer.h"
 #include "daemon/handlers.h"
 #include "daemon/limits.h"
 #include "daemon/options.h"

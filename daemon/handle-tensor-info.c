@@ -5,7 +5,7 @@
  */
 #include <stdio.h>
 
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/handlers.h"
 #include "daemon/server.h"
 

@@ -6,7 +6,7 @@
 #define TENFERRO_DAEMON_HANDLERS_H
 
 #include "common/frame.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 
 /* Routes one decoded frame to its handler (dispatch.c); takes ownership of it. */
 void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame);

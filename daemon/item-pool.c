@@ -28,6 +28,7 @@
 
 #include "common/frame.h"
 #include "daemon/executor.h"
+#include "daemon/item-pool.h"
 #include "daemon/sync-point.h"
 
 /* Items kept for reuse at most (about 1 KiB each). */

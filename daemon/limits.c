@@ -9,7 +9,7 @@
 
 #include "common/frame.h"
 #include "daemon/access.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/limits.h"
 #include "daemon/server.h"
 

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "tenferro/status.h"
 
 /*

@@ -19,11 +19,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/handlers.h"
 #include "daemon/log.h"
+#include "daemon/mailbox.h"
 #include "daemon/server.h"
-#include "daemon/transfer.h"
+#include "daemon/handle-transfer.h"
 
 /* Reads a 32- or 64-bit field of the shared mailbox once. */
 #define READ_ONCE(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)

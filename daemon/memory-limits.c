@@ -8,7 +8,7 @@
  */
 #include <stdlib.h>
 
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/log.h"
 #include "daemon/memory-limits.h"
 #include "daemon/server.h"

@@ -6,7 +6,7 @@
  *   write callback frees it (replies held behind one that carries a
  *   descriptor included), plus each Download's reply, reserved before its
  *   host buffer is allocated, plus each Upload's bytes from its decoding
- *   until its copy has run (handle-transfer.c): a client whose stream is
+ *   until its copy has run (handle-upload-download.c): a client whose stream is
  *   busy cannot pile up decoded uploads either. Before any frame of a connection is handled
  *   (read from the socket, already buffered, from the submission ring or the
  *   mailbox), the connection's input waits while its queued bytes or its

@@ -1,5 +1,5 @@
 /*
- * The offering side of a device-to-device copy between daemons (peer-copy.h,
+ * The offering side of a device-to-device copy between daemons (peer-offer.h,
  * docs/multi-gpu.md): CopyOffer from a client, PeerFetch from a peer daemon.
  *
  * An offer lives in the server's list from its CopyOffer until it is
@@ -21,11 +21,13 @@
 #include <unistd.h>
 
 #include "daemon/batch.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/handlers.h"
+#include "daemon/item-pool.h"
 #include "daemon/log.h"
-#include "daemon/peer-copy.h"
+#include "daemon/peer-offer.h"
 #include "daemon/server.h"
+#include "daemon/tensor-table.h"
 
 enum { OFFERED, FETCHING, LENT };
 

@@ -1,5 +1,5 @@
 /*
- * The taking side of a device-to-device copy between daemons (peer-copy.h,
+ * The taking side of a device-to-device copy between daemons (peer-take.h,
  * docs/multi-gpu.md): CopyTake.
  *
  * The new tensor is made at once (quotas, memory on the connection's stream)
@@ -32,13 +32,15 @@
 
 #include "common/daemon-socket.h"
 #include "daemon/batch.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/handlers.h"
+#include "daemon/item-pool.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
-#include "daemon/peer-copy.h"
+#include "daemon/peer-take.h"
 #include "daemon/peer-link.h"
 #include "daemon/server.h"
+#include "daemon/tensor-table.h"
 
 typedef struct take_job {
     uv_async_t async; /* first: its close callback frees the job */

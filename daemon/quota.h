@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 
 /*
  * Checks that c may take more_bytes of device memory, more_tensors live

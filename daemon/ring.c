@@ -8,7 +8,8 @@
 
 #include "common/ring.h"
 #include "daemon/busy-poll.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
+#include "daemon/handle-transfer.h"
 #include "daemon/log.h"
 #include "daemon/ring.h"
 #include "daemon/server.h"

@@ -64,19 +64,4 @@ int tfd_server_client_count(const tfd_server *srv);
 /* During an admin drain: starts the shutdown once no client past its handshake is left. */
 void tfd_server_drain_check(tfd_server *srv);
 
-/*
- * Submission mailboxes (mailbox.c): tfd_server_poll_mailboxes serves every
- * connection's mailbox and returns how many requests it answered;
- * tfd_server_mailboxes_polled tells clients whether the loop is polling (1)
- * or about to sleep (0), when they must ring the doorbell.
- */
-int tfd_server_poll_mailboxes(tfd_server *srv);
-/*
- * What the loop does on each turn besides its descriptors: serves the
- * mailboxes and rings, then runs (CPU) or watches (CUDA) the copies it took
- * this turn. Returns how many requests it served.
- */
-int tfd_server_poll(tfd_server *srv);
-void tfd_server_mailboxes_polled(tfd_server *srv, int polling);
-
 #endif

@@ -4,8 +4,9 @@
  */
 #include <stdio.h>
 
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/executor.h"
+#include "daemon/item-pool.h"
 #include "daemon/unwritten.h"
 
 /* Queues a zero-fill of t's bytes from the watermark to the end and moves the watermark there. */

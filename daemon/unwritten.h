@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/tensor-table.h"
 #include "tenferro/status.h"
 

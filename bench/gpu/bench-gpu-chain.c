@@ -32,7 +32,7 @@
 #include "bench/gpu/gpu-common.h"
 #include "common/ops.h"
 #include "daemon/backend/backend.h"
-#include "daemon/backend/cuda-backend.h"
+#include "daemon/backend/cuda/backend.h"
 
 #define LINKS 10000
 #define LEN 4096

@@ -53,8 +53,8 @@
 #include "bench/prepared-chain.h"
 #include "common/ops.h"
 #include "daemon/backend/backend.h"
-#include "daemon/backend/cuda-backend.h"
-#include "daemon/backend/cuda-internal.h"
+#include "daemon/backend/cuda/backend.h"
+#include "daemon/backend/cuda/internal.h"
 
 #define WARMUP 20
 #define ITERS 301

@@ -25,7 +25,7 @@
 #include "bench/gpu/gpu-common.h"
 #include "common/ops.h"
 #include "daemon/backend/backend.h"
-#include "daemon/backend/cuda-backend.h"
+#include "daemon/backend/cuda/backend.h"
 #include "daemon/backend/fft-layout.h"
 #include "tests/contract-cases.h"
 

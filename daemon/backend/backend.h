@@ -285,7 +285,7 @@ struct tfd_backend {
     tfd_cache_config caches; /* set before open */
 };
 
-/* The CPU backend's vtable (daemon/backend/cpu-backend.c). */
+/* The CPU backend's vtable (daemon/backend/cpu/backend.c). */
 extern const tfd_backend_vtable tfd_cpu_backend;
 
 /*

@@ -22,6 +22,7 @@
 
 #include "daemon/backend/registry.h"
 #include "daemon/config.h"
+#include "daemon/item-pool.h"
 #include "daemon/log.h"
 #include "tests/fuzz/fuzz-daemon.h"
 

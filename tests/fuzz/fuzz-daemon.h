@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "common/frame.h"
-#include "daemon/conn.h"
+#include "daemon/connection.h"
 #include "daemon/server.h"
 
 /* Limits the harness gives its server, small enough that no input can exhaust the machine. */

@@ -18,6 +18,7 @@
  * checked: ASan, UBSan and the checks of fuzz-daemon.c catch what follows.
  * Those runs depend on timing and are not reproducible bit for bit.
  */
+#include "daemon/mailbox.h"
 #include <stddef.h>
 #include <string.h>
 

@@ -33,6 +33,7 @@
  * give way to the reply area's own consistency and the last word. Those
  * runs depend on timing and are not reproducible bit for bit.
  */
+#include "daemon/mailbox.h"
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -140,7 +140,7 @@ static tf_status scoped_ops(tf_view *v, void *arg) {
     if (st == TF_OK) st = tf_view_matmul(v, w->x, w->x, &w->m);
     int axis = 1;
     if (st == TF_OK) st = tf_view_sum(v, w->m, 1, &axis, &w->s);
-    /* Runs on a worker that allocates its accumulators (cpu-reduce.c). */
+    /* Runs on a worker that allocates its accumulators (cpu/reduce.c). */
     if (st == TF_OK) st = tf_view_sum(v, w->f, 1, &axis, &w->fs);
     return st;
 }

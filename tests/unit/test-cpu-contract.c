@@ -1,5 +1,5 @@
 /*
- * Unit tests of the CPU backend's contractions (cpu-contract.c over the
+ * Unit tests of the CPU backend's contractions (cpu/contract.c over the
  * plans of contract-plan.c).
  *
  * Each case runs the way the executor runs it: through tfd_cpu_backend's

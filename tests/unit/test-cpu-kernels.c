@@ -18,7 +18,7 @@
  * values of the terms (which grows with the number of terms k), so
  * cancellation in a random-sign sum cannot make a correct kernel fail.
  *
- * Fault injection (cpu-fault.c) declares the device lost: that test runs in
+ * Fault injection (cpu/fault.c) declares the device lost: that test runs in
  * a process of its own (left out under CK_FORK=no), since the loss is the
  * process's for good.
  */

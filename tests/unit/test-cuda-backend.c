@@ -21,7 +21,7 @@
  * of summed terms times the largest term, so that cancellation cannot fail a
  * correct kernel. A NaN must meet a NaN. GPU outputs are filled with NaN
  * bytes first, so an element a kernel forgets to write fails the comparison.
- * The per-stream block cache (cuda-alloc.c) must keep live blocks disjoint
+ * The per-stream block cache (cuda/alloc.c) must keep live blocks disjoint
  * and intact while it hands freed ones back, to their own stream only.
  *
  * When it runs: the size-class arithmetic of the block cache always (it
@@ -48,8 +48,8 @@
 
 #include "common/ops.h"
 #include "daemon/backend/backend.h"
-#include "daemon/backend/cuda-backend.h"
-#include "daemon/backend/cuda-internal.h"
+#include "daemon/backend/cuda/backend.h"
+#include "daemon/backend/cuda/internal.h"
 
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 

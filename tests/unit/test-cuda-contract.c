@@ -37,7 +37,7 @@
 
 #include "common/ops.h"
 #include "daemon/backend/backend.h"
-#include "daemon/backend/cuda-backend.h"
+#include "daemon/backend/cuda/backend.h"
 #include "tests/contract-cases.h"
 
 static const tf_dtype dtypes[4] = {TF_F32, TF_F64, TF_C64, TF_C128};

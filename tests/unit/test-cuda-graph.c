@@ -1,5 +1,5 @@
 /*
- * Unit tests of the CUDA backend's prepared graphs (cuda-graph.c: the
+ * Unit tests of the CUDA backend's prepared graphs (cuda/graph.c: the
  * vtable's graph_capture, graph_launch and graph_destroy), run on a GPU
  * machine, in the style of test-cuda-backend.c.
  *
@@ -61,7 +61,7 @@
 
 #include "common/ops.h"
 #include "daemon/backend/backend.h"
-#include "daemon/backend/cuda-backend.h"
+#include "daemon/backend/cuda/backend.h"
 #include "tests/contract-cases.h"
 
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
@@ -897,7 +897,7 @@ START_TEST(test_destroy_frees_memory) {
     uint64_t bytes = 0;
     graph = capture(&mx->g, &bytes);
     const size_t held = device_free_bytes();
-    /* Its GEMMs are small: the small cuBLAS workspace (64 KiB, cuda-graph.c) at least. */
+    /* Its GEMMs are small: the small cuBLAS workspace (64 KiB, cuda/graph.c) at least. */
     ck_assert_msg(bytes >= 64 * 1024, "the graph reports %llu bytes (a cuBLAS workspace at least)",
                   (unsigned long long)bytes);
     ck_assert_msg(before >= held && before - held + 2 * MIB >= bytes,

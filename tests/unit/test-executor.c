@@ -29,6 +29,7 @@
 #include <uv.h>
 
 #include "daemon/executor.h"
+#include "daemon/item-pool.h"
 
 #define MAX_DONE 64
 #define MAX_STREAMS 8
