@@ -225,6 +225,7 @@ tf_status tf_view_abs(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v,
 tf_status tf_view_exp(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_EXP, a, out); }
 tf_status tf_view_log(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_LOG, a, out); }
 tf_status tf_view_sqrt(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_SQRT, a, out); }
+tf_status tf_view_square(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_SQUARE, a, out); }
 tf_status tf_view_copy(tf_view *v, tf_tensor a, tf_tensor *out) { return unary(v, TF__OP_COPY, a, out); }
 tf_status tf_view_matmul(tf_view *v, tf_tensor a, tf_tensor b, tf_tensor *out) { return binary(v, TF__OP_MATMUL, a, b, out); }
 

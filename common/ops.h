@@ -1,7 +1,9 @@
 /*
  * Operation kinds and tensor metadata shared by the client library and the
- * daemon. The numbers equal proto/tenferro.proto's OpKind (checked at compile
- * time in daemon/validate.c), so a kind travels on the wire unchanged.
+ * daemon. The kinds, their names, arities and rules come from one table
+ * (common/op-table.h); their numbers equal proto/tenferro.proto's OpKind
+ * (asserted at build time in common/op-table.c), so a kind travels on the
+ * wire unchanged.
  */
 #ifndef TENFERRO_COMMON_OPS_H
 #define TENFERRO_COMMON_OPS_H
@@ -9,37 +11,51 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/op-table.h"
 #include "tenferro/status.h"
 #include "tenferro/types.h"
 
+/*
+ * TF__OP_ADD = 1, ...: one constant per row of the table, numbered as on the
+ * wire, then the number of kinds (the table's numbers are 0..count-1).
+ */
+#define TF__OP_ENUM(KIND, name, number, arity, shape, dtype, family) TF__OP_##KIND = number,
+#define TF__OP_ONE(...) +1
 typedef enum tf__op_kind {
-    TF__OP_NONE = 0,
-    TF__OP_ADD = 1,
-    TF__OP_SUB = 2,
-    TF__OP_MUL = 3,
-    TF__OP_DIV = 4,
-    TF__OP_NEG = 5,
-    TF__OP_CONJ = 6,
-    TF__OP_ABS = 7,
-    TF__OP_EXP = 8,
-    TF__OP_LOG = 9,
-    TF__OP_SQRT = 10,
-    TF__OP_SCALE = 11,
-    TF__OP_AXPBY = 12,
-    TF__OP_PERMUTE = 13,
-    TF__OP_RESHAPE = 14,
-    TF__OP_COPY = 15,
-    TF__OP_REDUCE_SUM = 16,
-    TF__OP_REDUCE_MAX = 17,
-    TF__OP_REDUCE_MIN = 18,
-    TF__OP_MATMUL = 19,
-    TF__OP_FREE = 20,
-    TF__OP_TEST_FAULT = 21, /* fault injection for tests (proto/tenferro.proto, OP_TEST_FAULT) */
-    TF__OP_CONTRACT = 22,
-    TF__OP_FFT = 23,
-    TF__OP_RUN_PREPARED = 24, /* a prepared graph's run (docs/prepared.md): never a backend op */
-    TF__OP_KIND_COUNT = 25,
+    TF__OP_LIST(TF__OP_ENUM)
+    TF__OP_KIND_COUNT = 0 TF__OP_LIST(TF__OP_ONE)
 } tf__op_kind;
+#undef TF__OP_ONE
+#undef TF__OP_ENUM
+
+/* How an operation's output shape follows from its inputs (the table's shape column). */
+typedef enum tf__shape_rule {
+    TF__SHAPE_NONE,        /* no output (FREE), or one a prepared graph decides */
+    TF__SHAPE_ELEMENTWISE, /* the inputs' shape; two inputs must agree in shape and dtype */
+    TF__SHAPE_PERMUTE,     /* params: a permutation of the input's axes */
+    TF__SHAPE_RESHAPE,     /* params: the new shape, with the same element count */
+    TF__SHAPE_REDUCE,      /* params: the reduced axes (none: all); flag TF__REDUCE_KEEPDIMS */
+    TF__SHAPE_MATMUL,      /* [..., m, k] x [..., k, n] -> [..., m, n] */
+    TF__SHAPE_CONTRACT,    /* the contraction descriptor's rule (tf__infer_contract) */
+    TF__SHAPE_FFT,         /* the FFT descriptor's rule (tf__infer_fft) */
+} tf__shape_rule;
+
+/* Which dtypes an operation takes and which it makes (the table's dtype column). */
+typedef enum tf__dtype_rule {
+    TF__DTYPE_NONE,      /* decided elsewhere (no output; the FFT's kind) */
+    TF__DTYPE_SAME,      /* every dtype; the output has the input's */
+    TF__DTYPE_TO_REAL,   /* every dtype; the output is real of the input's precision */
+    TF__DTYPE_REAL_ONLY, /* f32 and f64 only (an order is needed); the output has the input's */
+} tf__dtype_rule;
+
+/* The shape rule of a kind; TF__SHAPE_NONE for a number outside the table. */
+tf__shape_rule tf__op_shape_rule(tf__op_kind kind);
+
+/* The dtype rule of a kind; TF__DTYPE_NONE for a number outside the table. */
+tf__dtype_rule tf__op_dtype_rule(tf__op_kind kind);
+
+/* The dtype an operation of this kind makes from an input of dtype `in`, by its dtype rule. */
+tf_dtype tf__op_out_dtype(tf__op_kind kind, tf_dtype in);
 
 /* Labels a contraction may use (proto Contraction: 0..63). */
 #define TF__MAX_LABELS 64
@@ -100,7 +116,11 @@ int tf__meta_same(const tf__meta *a, const tf__meta *b);
 /* Writes "f32 [64, 4096]" into buf (cut to len). */
 void tf__meta_describe(const tf__meta *m, char *buf, size_t len);
 
-/* Number of tensor inputs an operation kind takes, or -1 for a variable count (FREE). */
+/*
+ * Tensor inputs an operation of this kind carries on the wire: -1 for a
+ * variable count (FREE), 0 where its descriptor decides (CONTRACT,
+ * RUN_PREPARED) or for a number outside the table.
+ */
 int tf__op_arity(tf__op_kind kind);
 
 /* A short name of an operation kind ("add"), or "unknown". */

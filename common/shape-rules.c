@@ -11,60 +11,6 @@
 
 #include "common/ops.h"
 
-static const char *const op_names[TF__OP_KIND_COUNT] = {
-    [TF__OP_NONE] = "none",       [TF__OP_ADD] = "add",         [TF__OP_SUB] = "sub",
-    [TF__OP_MUL] = "mul",         [TF__OP_DIV] = "div",         [TF__OP_NEG] = "neg",
-    [TF__OP_CONJ] = "conj",       [TF__OP_ABS] = "abs",         [TF__OP_EXP] = "exp",
-    [TF__OP_LOG] = "log",         [TF__OP_SQRT] = "sqrt",       [TF__OP_SCALE] = "scale",
-    [TF__OP_AXPBY] = "axpby",     [TF__OP_PERMUTE] = "permute", [TF__OP_RESHAPE] = "reshape",
-    [TF__OP_COPY] = "copy",       [TF__OP_REDUCE_SUM] = "sum",  [TF__OP_REDUCE_MAX] = "max",
-    [TF__OP_REDUCE_MIN] = "min",  [TF__OP_MATMUL] = "matmul",   [TF__OP_FREE] = "free",
-    [TF__OP_TEST_FAULT] = "test_fault", [TF__OP_CONTRACT] = "contract", [TF__OP_FFT] = "fft",
-    [TF__OP_RUN_PREPARED] = "run_prepared",
-};
-
-const char *tf__op_name(tf__op_kind kind) {
-    if ((int)kind < 0 || kind >= TF__OP_KIND_COUNT || !op_names[kind]) return "unknown";
-    return op_names[kind];
-}
-
-int tf__op_arity(tf__op_kind kind) {
-    switch (kind) {
-    case TF__OP_ADD:
-    case TF__OP_SUB:
-    case TF__OP_MUL:
-    case TF__OP_DIV:
-    case TF__OP_AXPBY:
-    case TF__OP_MATMUL:
-        return 2;
-    case TF__OP_NEG:
-    case TF__OP_CONJ:
-    case TF__OP_ABS:
-    case TF__OP_EXP:
-    case TF__OP_LOG:
-    case TF__OP_SQRT:
-    case TF__OP_SCALE:
-    case TF__OP_PERMUTE:
-    case TF__OP_RESHAPE:
-    case TF__OP_COPY:
-    case TF__OP_REDUCE_SUM:
-    case TF__OP_REDUCE_MAX:
-    case TF__OP_REDUCE_MIN:
-    case TF__OP_TEST_FAULT:
-        return 1;
-    case TF__OP_FREE:
-        return -1;
-    /* Not in tf__infer_output: their descriptors have rules of their own (tf__infer_contract, _fft). */
-    case TF__OP_CONTRACT:
-    case TF__OP_FFT:
-    case TF__OP_RUN_PREPARED: /* as many as its graph has */
-    case TF__OP_NONE:
-    case TF__OP_KIND_COUNT:
-        break;
-    }
-    return 0;
-}
-
 size_t tf_dtype_size(tf_dtype dtype) {
     switch (dtype) {
     case TF_F32: return 4;
@@ -193,11 +139,6 @@ static tf_status infer_permute(const tf__meta *a, const int64_t *perm, int n, tf
 /* Reduction axes must be in range and distinct; no axes means every axis. */
 static tf_status infer_reduce(tf__op_kind kind, const tf__meta *a, const int64_t *axes, int n,
                               unsigned flags, tf__meta *out, char *msg, size_t msg_len) {
-    if (kind != TF__OP_REDUCE_SUM && is_complex(a->dtype)) {
-        snprintf(msg, msg_len, "%s: complex numbers have no order; %s is served for f32 and f64 only",
-                 tf__op_name(kind), tf__op_name(kind));
-        return TF_ERR_DTYPE;
-    }
     if (n > a->rank) {
         snprintf(msg, msg_len, "%s: %d axes given for a tensor of rank %d", tf__op_name(kind), n,
                  a->rank);
@@ -264,11 +205,36 @@ static tf_status infer_matmul(const tf__meta *a, const tf__meta *b, tf__meta *ou
     return st;
 }
 
+/* A reshape's parameters are the new shape: valid, and holding the input's element count. */
+static tf_status infer_reshape(const tf__meta *a, const int64_t *params, int n_params,
+                               tf__meta *out, char *msg, size_t msg_len) {
+    char why[200];
+    tf_status st = tf__check_new_meta(a->dtype, n_params, params, why, sizeof why);
+    if (st != TF_OK) {
+        snprintf(msg, msg_len, "reshape: %s", why);
+        return st;
+    }
+    out->dtype = a->dtype;
+    out->rank = n_params;
+    /* A reshape to rank 0 carries no parameters, and params may then be NULL. */
+    if (n_params > 0) memcpy(out->shape, params, sizeof(int64_t) * (size_t)n_params);
+    if (tf__meta_numel(out) != tf__meta_numel(a)) {
+        char sa[128], sb[128];
+        format_shape(a, sa, sizeof sa);
+        format_shape(out, sb, sizeof sb);
+        snprintf(msg, msg_len, "reshape: %s and %s hold different numbers of elements", sa, sb);
+        return TF_ERR_SHAPE;
+    }
+    return TF_OK;
+}
+
 tf_status tf__infer_output(tf__op_kind kind, const tf__meta *in, int n_inputs,
                            const int64_t *params, int n_params, unsigned flags, tf__meta *out,
                            char *msg, size_t msg_len) {
-    int arity = tf__op_arity(kind);
-    if (arity <= 0) {
+    const int arity = tf__op_arity(kind);
+    const tf__shape_rule rule = tf__op_shape_rule(kind);
+    /* Kinds whose descriptors carry their own rules (or that make no output) are not served here. */
+    if (arity <= 0 || rule == TF__SHAPE_NONE || rule == TF__SHAPE_CONTRACT || rule == TF__SHAPE_FFT) {
         snprintf(msg, msg_len, "unknown operation kind %d", (int)kind);
         return TF_ERR_UNSUPPORTED;
     }
@@ -285,66 +251,33 @@ tf_status tf__infer_output(tf__op_kind kind, const tf__meta *in, int n_inputs,
         tf_status st = tf__check_new_meta(in[i].dtype, in[i].rank, in[i].shape, msg, msg_len);
         if (st != TF_OK) return st;
     }
-    switch (kind) {
-    case TF__OP_ADD:
-    case TF__OP_SUB:
-    case TF__OP_MUL:
-    case TF__OP_DIV:
-    case TF__OP_AXPBY: {
-        tf_status st = check_same(kind, &in[0], &in[1], msg, msg_len);
-        if (st != TF_OK) return st;
+    /* The dtype rule first: an order-needing kind refuses complex before anything else. */
+    if (tf__op_dtype_rule(kind) == TF__DTYPE_REAL_ONLY && is_complex(in[0].dtype)) {
+        snprintf(msg, msg_len, "%s: complex numbers have no order; %s is served for f32 and f64 only",
+                 tf__op_name(kind), tf__op_name(kind));
+        return TF_ERR_DTYPE;
+    }
+    switch (rule) {
+    case TF__SHAPE_ELEMENTWISE: {
+        if (n_inputs == 2) {
+            tf_status st = check_same(kind, &in[0], &in[1], msg, msg_len);
+            if (st != TF_OK) return st;
+        }
         *out = in[0];
+        out->dtype = tf__op_out_dtype(kind, in[0].dtype);
         return TF_OK;
     }
-    case TF__OP_ABS:
-        *out = in[0];
-        if (in[0].dtype == TF_C64) out->dtype = TF_F32;
-        if (in[0].dtype == TF_C128) out->dtype = TF_F64;
-        return TF_OK;
-    case TF__OP_NEG:
-    case TF__OP_CONJ:
-    case TF__OP_EXP:
-    case TF__OP_LOG:
-    case TF__OP_SQRT:
-    case TF__OP_SCALE:
-    case TF__OP_COPY:
-    case TF__OP_TEST_FAULT: /* shaped like a copy; whether it may run is the daemon's call */
-        *out = in[0];
-        return TF_OK;
-    case TF__OP_PERMUTE:
+    case TF__SHAPE_PERMUTE:
         return infer_permute(&in[0], params, n_params, out, msg, msg_len);
-    case TF__OP_RESHAPE: {
-        char why[200];
-        tf_status st = tf__check_new_meta(in[0].dtype, n_params, params, why, sizeof why);
-        if (st != TF_OK) {
-            snprintf(msg, msg_len, "reshape: %s", why);
-            return st;
-        }
-        out->dtype = in[0].dtype;
-        out->rank = n_params;
-        /* A reshape to rank 0 carries no parameters, and params may then be NULL. */
-        if (n_params > 0) memcpy(out->shape, params, sizeof(int64_t) * (size_t)n_params);
-        if (tf__meta_numel(out) != tf__meta_numel(&in[0])) {
-            char sa[128], sb[128];
-            format_shape(&in[0], sa, sizeof sa);
-            format_shape(out, sb, sizeof sb);
-            snprintf(msg, msg_len, "reshape: %s and %s hold different numbers of elements", sa, sb);
-            return TF_ERR_SHAPE;
-        }
-        return TF_OK;
-    }
-    case TF__OP_REDUCE_SUM:
-    case TF__OP_REDUCE_MAX:
-    case TF__OP_REDUCE_MIN:
+    case TF__SHAPE_RESHAPE:
+        return infer_reshape(&in[0], params, n_params, out, msg, msg_len);
+    case TF__SHAPE_REDUCE:
         return infer_reduce(kind, &in[0], params, n_params, flags, out, msg, msg_len);
-    case TF__OP_MATMUL:
+    case TF__SHAPE_MATMUL:
         return infer_matmul(&in[0], &in[1], out, msg, msg_len);
-    case TF__OP_NONE:
-    case TF__OP_FREE:
-    case TF__OP_CONTRACT:
-    case TF__OP_FFT:
-    case TF__OP_RUN_PREPARED:
-    case TF__OP_KIND_COUNT:
+    case TF__SHAPE_NONE: /* refused above */
+    case TF__SHAPE_CONTRACT:
+    case TF__SHAPE_FFT:
         break;
     }
     snprintf(msg, msg_len, "unknown operation kind %d", (int)kind);

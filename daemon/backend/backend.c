@@ -1,60 +1,42 @@
 /*
  * Dispatch of one operation to a backend's family entry.
  *
- * Every backend groups its kernels into six families (binary, unary, axpby,
- * permute, reduce, matmul) so that a vtable stays small and a new operation
- * kind usually only touches one kernel file; fault injection (tests only)
- * has an entry of its own. This file is the single place that maps an
- * operation kind to its family, shared by every backend, and the one place
- * that stops every operation once the device is lost.
+ * Every backend groups its kernels into families (binary, unary, axpby,
+ * permute, reduce, matmul, contract, fft) so that a vtable stays small and a
+ * new operation kind only touches its family's kernel files; fault injection
+ * (tests only) has an entry of its own. The kind-to-family map is the
+ * operation table's family column (common/op-table.h), read here for every
+ * backend; this is also the one place that stops every operation once the
+ * device is lost.
  */
 #include <stdio.h>
 
 #include "daemon/backend/backend.h"
 
-/* The common signature of the six family entries. */
+/* The common signature of the family entries. */
 typedef tf_status (*family_fn)(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                                size_t msg_len);
 
-/* Keeps the kind-to-family table in one switch, so a backend only ever sees its own families. */
+/* The family entry of each kind, from the operation table's family column (common/op-table.h). */
+#define FAMILY_none(vt) NULL
+#define FAMILY_binary(vt) (vt)->binary
+#define FAMILY_unary(vt) (vt)->unary
+#define FAMILY_axpby(vt) (vt)->axpby
+#define FAMILY_permute(vt) (vt)->permute
+#define FAMILY_reduce(vt) (vt)->reduce
+#define FAMILY_matmul(vt) (vt)->matmul
+#define FAMILY_inject_fault(vt) (vt)->inject_fault
+#define FAMILY_contract(vt) (vt)->contract
+#define FAMILY_fft(vt) (vt)->fft
+
+/* Keeps the kind-to-family map in the table, so a backend only ever sees its own families. */
 static family_fn family_of(const tfd_backend_vtable *vt, tf__op_kind kind) {
-    switch (kind) {
-    case TF__OP_ADD:
-    case TF__OP_SUB:
-    case TF__OP_MUL:
-    case TF__OP_DIV:
-        return vt->binary;
-    case TF__OP_NEG:
-    case TF__OP_CONJ:
-    case TF__OP_ABS:
-    case TF__OP_EXP:
-    case TF__OP_LOG:
-    case TF__OP_SQRT:
-        return vt->unary;
-    case TF__OP_SCALE:
-    case TF__OP_AXPBY:
-        return vt->axpby;
-    case TF__OP_PERMUTE:
-    case TF__OP_RESHAPE:
-    case TF__OP_COPY:
-        return vt->permute;
-    case TF__OP_REDUCE_SUM:
-    case TF__OP_REDUCE_MAX:
-    case TF__OP_REDUCE_MIN:
-        return vt->reduce;
-    case TF__OP_MATMUL:
-        return vt->matmul;
-    case TF__OP_TEST_FAULT:
-        return vt->inject_fault;
-    case TF__OP_CONTRACT:
-        return vt->contract;
-    case TF__OP_FFT:
-        return vt->fft;
-    case TF__OP_NONE:
-    case TF__OP_FREE:
-    case TF__OP_RUN_PREPARED: /* the executor runs a prepared graph's nodes itself */
-    case TF__OP_KIND_COUNT:
-        break;
+    switch ((int)kind) {
+#define FAMILY_CASE(KIND, name, number, arity, shape, dtype, family) \
+    case TF__OP_##KIND:                                              \
+        return FAMILY_##family(vt);
+        TF__OP_LIST(FAMILY_CASE)
+#undef FAMILY_CASE
     }
     return NULL;
 }

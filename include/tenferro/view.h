@@ -27,6 +27,8 @@ TF_EXTERN tf_status tf_view_abs(tf_view *v, tf_tensor a, tf_tensor *out);
 TF_EXTERN tf_status tf_view_exp(tf_view *v, tf_tensor a, tf_tensor *out);
 TF_EXTERN tf_status tf_view_log(tf_view *v, tf_tensor a, tf_tensor *out);
 TF_EXTERN tf_status tf_view_sqrt(tf_view *v, tf_tensor a, tf_tensor *out);
+/* a * a, elementwise (for complex a, the complex square, not |a|^2). */
+TF_EXTERN tf_status tf_view_square(tf_view *v, tf_tensor a, tf_tensor *out);
 
 /* alpha * a. */
 TF_EXTERN tf_status tf_view_scale(tf_view *v, tf_scalar alpha, tf_tensor a, tf_tensor *out);

@@ -40,8 +40,10 @@ def test_elementwise(client, rng, mode, dtype):
     p = random_array(rng, (3, 5), dtype, positive=True)
     got = run(client, mode, lambda x, y: (x + y, x - y, x * y, x / y, -x, tf.add(x, y),
                                           tf.subtract(x, y), tf.multiply(x, y), tf.divide(x, y),
-                                          tf.negative(x), tf.conj(x), tf.copy(y)), a, b)
-    want = (a + b, a - b, a * b, a / b, -a, a + b, a - b, a * b, a / b, -a, np.conj(a), b)
+                                          tf.negative(x), tf.conj(x), tf.copy(y), tf.square(x)),
+              a, b)
+    want = (a + b, a - b, a * b, a / b, -a, a + b, a - b, a * b, a / b, -a, np.conj(a), b,
+            np.square(a))
     for g, w in zip(got, want):
         assert_close(g, w, dtype)
     got = run(client, mode, lambda x: (tf.exp(x), tf.log(x), tf.sqrt(x), abs(x), tf.absolute(x)), p)

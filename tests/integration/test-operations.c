@@ -291,6 +291,7 @@ DEFINE_REF(ref_abs, cabs(a))
 DEFINE_REF(ref_exp, cexp(a))
 DEFINE_REF(ref_log, clog(a))
 DEFINE_REF(ref_sqrt, csqrt(a))
+DEFINE_REF(ref_square, a * a)
 DEFINE_REF(ref_scale, alpha * a)
 DEFINE_REF(ref_axpby, alpha * a + beta * b)
 
@@ -316,6 +317,7 @@ static const ew_op ew_ops[] = {
     {"exp", tf_view_exp, NULL, 1, 0, 0, ref_exp},
     {"log", tf_view_log, NULL, 1, 1, 0, ref_log},
     {"sqrt", tf_view_sqrt, NULL, 1, 1, 0, ref_sqrt},
+    {"square", tf_view_square, NULL, 1, 0, 0, ref_square},
     {"scale", NULL, NULL, 1, 0, 0, ref_scale},
     {"axpby", NULL, NULL, 2, 0, 0, ref_axpby},
 };

@@ -311,6 +311,7 @@ static lcx ref_unary(tf__op_kind k, tf_dtype dt, lcx z) {
         case TF__OP_ABS: return fabsl(x);
         case TF__OP_EXP: return expl(x);
         case TF__OP_LOG: return logl(x);
+        case TF__OP_SQUARE: return x * x;
         default: return sqrtl(x);
         }
     }
@@ -320,14 +321,15 @@ static lcx ref_unary(tf__op_kind k, tf_dtype dt, lcx z) {
     case TF__OP_ABS: return hypotl(creall(z), cimagl(z));
     case TF__OP_EXP: return cexpl(z);
     case TF__OP_LOG: return clogl(z);
+    case TF__OP_SQUARE: return z * z;
     default: return csqrtl(z);
     }
 }
 
 START_TEST(test_unary) {
     const tf_dtype dt = all_dtypes[_i];
-    static const tf__op_kind kinds[] = {TF__OP_NEG, TF__OP_CONJ, TF__OP_ABS,
-                                        TF__OP_EXP, TF__OP_LOG,  TF__OP_SQRT};
+    static const tf__op_kind kinds[] = {TF__OP_NEG, TF__OP_CONJ, TF__OP_ABS,  TF__OP_EXP,
+                                        TF__OP_LOG, TF__OP_SQRT, TF__OP_SQUARE};
     static const int64_t shape[2] = {5, 13};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         const int positive = kinds[k] == TF__OP_LOG || kinds[k] == TF__OP_SQRT;

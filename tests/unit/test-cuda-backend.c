@@ -438,6 +438,7 @@ static const op_case parity_cases[] = {
     {.name = "sqrt", .kind = TF__OP_SQRT, EW, .inputs = IN_POSITIVE},
     {.name = "log of both signs", .kind = TF__OP_LOG, .rank = 1, .shape = {1000}},
     {.name = "sqrt of both signs", .kind = TF__OP_SQRT, .rank = 1, .shape = {1000}},
+    {.name = "square", .kind = TF__OP_SQUARE, EW},
     {.name = "scale", .kind = TF__OP_SCALE, EW, .alpha = {1.7, -0.3}},
     {.name = "axpby", .kind = TF__OP_AXPBY, EW, .alpha = {0.7, 0.25}, .beta = {-1.3, 2.0}},
 
@@ -536,7 +537,8 @@ START_TEST(test_special_values) {
         }
     static const tf__op_kind kinds[] = {TF__OP_ADD, TF__OP_SUB, TF__OP_MUL,
                                         TF__OP_DIV, TF__OP_NEG, TF__OP_ABS,
-                                        TF__OP_EXP, TF__OP_LOG, TF__OP_SQRT};
+                                        TF__OP_EXP, TF__OP_LOG, TF__OP_SQRT,
+                                        TF__OP_SQUARE};
     void *const given[2] = {a, b};
     for (size_t k = 0; k < N_ELEMS(kinds); k++) {
         const op_case c = {.name = tf__op_name(kinds[k]), .kind = kinds[k], .rank = 1,

@@ -466,6 +466,7 @@ START_TEST(test_op_kinds_match_proto) {
         KIND(SQRT),    KIND(SCALE),      KIND(AXPBY),      KIND(PERMUTE),    KIND(RESHAPE),
         KIND(COPY),    KIND(REDUCE_SUM), KIND(REDUCE_MAX), KIND(REDUCE_MIN), KIND(MATMUL),
         KIND(FREE),    KIND(TEST_FAULT), KIND(CONTRACT),   KIND(FFT),        KIND(RUN_PREPARED),
+        KIND(SQUARE),
     };
 #undef KIND
     ck_assert_uint_eq(tenferro__op_kind__descriptor.n_values, N_OF(kinds));

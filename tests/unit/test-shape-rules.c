@@ -290,9 +290,8 @@ START_TEST(test_names_and_arity) {
         for (int j = 0; j < k; j++) ck_assert_str_ne(name, tf__op_name((tf__op_kind)j));
         int arity = tf__op_arity((tf__op_kind)k);
         int want = 1;
-        if (k == TF__OP_NONE || k == TF__OP_CONTRACT || k == TF__OP_FFT ||
-            k == TF__OP_RUN_PREPARED)
-            want = 0; /* described by their own rules (tf__infer_contract, tf__infer_fft) */
+        if (k == TF__OP_NONE || k == TF__OP_CONTRACT || k == TF__OP_RUN_PREPARED)
+            want = 0; /* their descriptors decide (one or two contracted inputs; a graph's) */
         else if (k == TF__OP_FREE)
             want = -1;
         else if (k == TF__OP_ADD || k == TF__OP_SUB || k == TF__OP_MUL || k == TF__OP_DIV ||

@@ -1,6 +1,6 @@
 /*
  * Elementwise kernels of the CPU backend: binary (add, sub, mul, div), unary
- * (neg, conj, abs, exp, log, sqrt) and the scalar-coefficient family (scale,
+ * (neg, conj, abs, exp, log, sqrt, square) and the scalar-coefficient family (scale,
  * axpby), for f32, f64, c64 and c128.
  *
  * These run on short vectors very many times, so each (operation, dtype) pair
@@ -101,6 +101,10 @@ DEFINE_UNARY(sqrt_f32, float, float, sqrtf(x[i]))
 DEFINE_UNARY(sqrt_f64, double, double, sqrt(x[i]))
 DEFINE_UNARY(sqrt_c64, float complex, float complex, csqrtf(x[i]))
 DEFINE_UNARY(sqrt_c128, double complex, double complex, csqrt(x[i]))
+DEFINE_UNARY(square_f32, float, float, x[i] * x[i])
+DEFINE_UNARY(square_f64, double, double, x[i] * x[i])
+DEFINE_UNARY(square_c64, float complex, float complex, x[i] * x[i])
+DEFINE_UNARY(square_c128, double complex, double complex, x[i] * x[i])
 
 /* Expands to the dtype switch calling PREFIX##_f32 ... PREFIX##_c128 on the op's input. */
 #define UNARY_DISPATCH(PREFIX)                                                      \
@@ -126,6 +130,7 @@ tf_status tfd_cpu_unary(tfd_backend *be, void *stream, const tfd_op *op, char *m
     case TF__OP_EXP: UNARY_DISPATCH(exp);
     case TF__OP_LOG: UNARY_DISPATCH(log);
     case TF__OP_SQRT: UNARY_DISPATCH(sqrt);
+    case TF__OP_SQUARE: UNARY_DISPATCH(square);
     default:
         snprintf(msg, msg_len, "cpu: %s is not a unary operation", tf__op_name(op->kind));
         return TF_ERR_INTERNAL;

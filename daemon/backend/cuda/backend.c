@@ -743,12 +743,6 @@ static int served_dtype(tf_dtype d) {
 
 static int is_complex(tf_dtype d) { return d == TF_C64 || d == TF_C128; }
 
-/* The real dtype of the same precision (the output of abs). */
-static tf_dtype real_of(tf_dtype d) {
-    if (d == TF_C64) return TF_F32;
-    if (d == TF_C128) return TF_F64;
-    return d;
-}
 
 static tf_status dtype_error(const tfd_op *op, tf_dtype dtype, char *msg, size_t msg_len) {
     snprintf(msg, msg_len, "cuda: %s is not served for dtype %s (%d)", tf__op_name(op->kind),
@@ -846,13 +840,13 @@ static tf_status cuda_binary(tfd_backend *be, void *stream, const tfd_op *op, ch
                     msg, msg_len);
 }
 
-/* neg, conj, abs, exp, log, sqrt: abs of a complex dtype writes the real dtype. */
+/* neg, conj, abs, exp, log, sqrt, square: abs of a complex dtype writes the real dtype. */
 static tf_status cuda_unary(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                             size_t msg_len) {
     tf_status st = begin_op(be, stream, op, 1, msg, msg_len);
     if (st != TF_OK) return st;
     const tf_dtype dt = op->in[0].dtype;
-    const tf_dtype want = op->kind == TF__OP_ABS ? real_of(dt) : dt;
+    const tf_dtype want = tf__op_out_dtype(op->kind, dt);
     if (op->out.dtype != want)
         return inconsistent(op, "the output dtype is not the one the operation makes", msg,
                             msg_len);

@@ -337,6 +337,7 @@ struct op_abs { template <typename T> __device__ auto operator()(T x) const { re
 struct op_exp { template <typename T> __device__ T operator()(T x) const { return f_exp(x); } };
 struct op_log { template <typename T> __device__ T operator()(T x) const { return f_log(x); } };
 struct op_sqrt { template <typename T> __device__ T operator()(T x) const { return f_sqrt(x); } };
+struct op_square { template <typename T> __device__ T operator()(T x) const { return x * x; } };
 
 /* Scale and axpby in double (complex), rounded once on store like the CPU kernels. */
 __device__ __forceinline__ double scale_by(double a, double x) { return mul_rn(a, x); }
@@ -1113,6 +1114,7 @@ extern "C" cudaError_t tfd_cuda_launch_unary(const tfd_op *op, int sm_count,
     case TF__OP_EXP: return unary_dtype(op, sm_count, stream, op_exp{});
     case TF__OP_LOG: return unary_dtype(op, sm_count, stream, op_log{});
     case TF__OP_SQRT: return unary_dtype(op, sm_count, stream, op_sqrt{});
+    case TF__OP_SQUARE: return unary_dtype(op, sm_count, stream, op_square{});
     default: break;
     }
     return cudaErrorInvalidValue;

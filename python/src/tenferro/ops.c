@@ -27,6 +27,7 @@ static tf_status run_view(tf_view *v, tfp_op *op) {
     case TFP_EXP: return tf_view_exp(v, in[0], out);
     case TFP_LOG: return tf_view_log(v, in[0], out);
     case TFP_SQRT: return tf_view_sqrt(v, in[0], out);
+    case TFP_SQUARE: return tf_view_square(v, in[0], out);
     case TFP_COPY: return tf_view_copy(v, in[0], out);
     case TFP_SCALE: return tf_view_scale(v, op->alpha, in[0], out);
     case TFP_AXPBY: return tf_view_axpby(v, op->alpha, in[0], op->beta, in[1], out);
@@ -399,6 +400,7 @@ UNARY_FN(absolute, TFP_ABS)
 UNARY_FN(exp, TFP_EXP)
 UNARY_FN(log, TFP_LOG)
 UNARY_FN(sqrt, TFP_SQRT)
+UNARY_FN(square, TFP_SQUARE)
 UNARY_FN(copy, TFP_COPY)
 
 static PyObject *f_axpby(PyObject *self, PyObject *args) {
@@ -595,6 +597,7 @@ static PyMethodDef ops_methods[] = {
     {"exp", f_exp, METH_O, "exp(a) -> Tensor"},
     {"log", f_log, METH_O, "log(a) -> Tensor"},
     {"sqrt", f_sqrt, METH_O, "sqrt(a) -> Tensor"},
+    {"square", f_square, METH_O, "square(a) -> Tensor: a * a elementwise"},
     {"copy", f_copy, METH_O, "copy(a) -> Tensor: a contiguous copy on the device."},
     {"axpby", f_axpby, METH_VARARGS, "axpby(alpha, x, beta, y) -> Tensor: alpha * x + beta * y in one operation."},
     {"transpose", (PyCFunction)(void (*)(void))f_transpose, METH_VARARGS | METH_KEYWORDS,
