@@ -20,6 +20,9 @@
 
 typedef int (*setter_fn)(tfd_options *opt, void *field, const char *value, char *err, size_t len);
 
+/* Writes a default that depends on the machine as the file would spell it. */
+typedef void (*machine_fn)(char *text, size_t len);
+
 typedef struct setting {
     const char *section;
     const char *key;
@@ -28,7 +31,15 @@ typedef struct setting {
     size_t size;        /* of that field; 0 for a setting its setter stores elsewhere (lists, names) */
     setter_fn set;
     int runtime;        /* may change on SIGHUP */
-    const char *help;
+    /*
+     * The default, written here and nowhere else: the text a user would write
+     * in the file ("64M", "auto", "" for unset), which tfd_options_defaults
+     * hands to the setter. When machine is set the default is computed at
+     * start instead, and def says how (for --help and the docs).
+     */
+    const char *def;
+    machine_fn machine;
+    const char *help;   /* what the setting means; its default is printed from def */
 } setting;
 
 /* Parses an unsigned number with an optional K, M, G or T suffix (powers of 1024). */
@@ -336,62 +347,100 @@ static int set_low(tfd_options *opt, void *field, const char *value, char *err, 
     return set_priority_class(opt, 1, value, err, len);
 }
 
+/*
+ * Pinned pages cannot be swapped: by default at most half the RAM is handed
+ * out as buffers (0, no limit, when the RAM cannot be read).
+ */
+static void default_max_pinned_bytes(char *text, size_t len) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t half = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : 0;
+    snprintf(text, len, "%llu", (unsigned long long)half);
+}
+
+/*
+ * Each pinned buffer is one mapping of the daemon: half of the kernel's
+ * vm.max_map_count is left to the daemon's own mappings (libraries, heap,
+ * thread stacks, the clients' completion pages).
+ */
+static void default_max_buffers(char *text, size_t len) {
+    long maps = 65530; /* the kernel's default */
+    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
+    if (f) {
+        if (fscanf(f, "%ld", &maps) != 1) maps = 65530;
+        fclose(f);
+    }
+    long half = maps / 2;
+    snprintf(text, len, "%ld", half > 32768 ? 32768 : half < 64 ? 64 : half);
+}
+
 #define AT(field) offsetof(tfd_options, field), sizeof(((tfd_options *)0)->field)
 /* A setting whose setter stores it itself (a list, a path, a name). */
 #define CUSTOM 0, 0
+/* A default the file could spell, or one the machine decides (how: the text for --help). */
+#define DEFAULT(text) text, NULL
+#define BY_MACHINE(how, fn) how, fn
+/* A number another module also starts from, as text: the constant stays the one place it is written. */
+#define TEXT_OF(x) #x
+#define VALUE_TEXT(x) TEXT_OF(x)
 
 static const setting settings[] = {
-    {"daemon", "socket", "socket", CUSTOM, set_socket, 0, "Unix socket path"},
-    {"daemon", "socket_mode", "socket-mode", AT(socket_mode), set_mode, 0, "socket permission bits (0660)"},
-    {"daemon", "socket_group", "socket-group", CUSTOM, set_group_name, 0, "group owning the socket"},
-    {"daemon", "device", "device", CUSTOM, set_device, 0, "auto, cpu, cuda:N or N (= cuda:N)"},
-    {"daemon", "workers", "workers", AT(workers), set_int, 0, "executor threads (0 = one per core)"},
-    {"daemon", "max_frame_bytes", "max-frame-bytes", AT(max_frame_bytes), set_frame, 0, "largest frame (64M)"},
-    {"daemon", "max_pinned_bytes", "max-pinned-bytes", AT(max_pinned_bytes), set_u64, 1, "pinned buffers of all clients (half the RAM; 0 = unlimited)"},
-    {"daemon", "max_buffers", "max-buffers", AT(max_buffers), set_int, 1, "pinned buffers of all clients, each one mapping (half of vm.max_map_count, at most 32768; 0 = unlimited)"},
-    {"limits", "max_buffers_per_client", "max-buffers-per-client", AT(max_buffers_per_client), set_int, 1, "pinned buffers of one client (1024; 0 = unlimited)"},
-    {"limits", "max_buffers_per_uid", "max-buffers-per-uid", AT(max_buffers_per_uid), set_int, 1, "pinned buffers of all clients of one uid (4096; 0 = unlimited)"},
-    {"daemon", "max_clients", "max-clients", AT(max_clients), set_int, 1, "clients served at once, past their Hello (256)"},
-    {"limits", "max_clients_per_uid", "max-clients-per-uid", AT(max_clients_per_uid), set_int, 1, "clients of one uid (64; 0 = unlimited)"},
-    {"limits", "max_handshakes_per_uid", "max-handshakes-per-uid", AT(max_handshakes_per_uid), set_int, 1, "connections of one uid before their Hello (8)"},
-    {"limits", "max_takes_per_uid", "max-takes-per-uid", AT(max_takes_per_uid), set_int, 1, "copies from other daemons (tf_copy_to) in progress for one uid, root included (4; 0 = unlimited)"},
-    {"limits", "hello_timeout_ms", "hello-timeout-ms", AT(hello_timeout_ms), set_u64, 1, "time to say Hello before the connection is closed (5000)"},
-    {"limits", "uid_receive_bytes", "uid-receive-bytes", AT(uid_receive_bytes), set_u64, 1, "unfinished input buffered for one uid, and the decode budgets of its large frames (256M; 0 = unlimited)"},
-    {"limits", "loop_slice_us", "loop-slice-us", AT(loop_slice_us), set_u64, 1, "how long one connection's input may hold the loop (2000)"},
-    {"limits", "client_reply_bytes", "client-reply-bytes", AT(client_reply_bytes), set_u64, 1, "replies queued for one client before its input waits (128M; at least max_frame_bytes)"},
-    {"limits", "uid_reply_bytes", "uid-reply-bytes", AT(uid_reply_bytes), set_u64, 1, "replies queued for all clients of one uid before their input waits (512M; 0 = unlimited)"},
-    {"limits", "reply_stall_ms", "reply-stall-ms", AT(reply_stall_ms), set_u64, 1, "a waiting client whose replies are not read this long is closed (30000; 0 = never)"},
-    {"daemon", "log_level", "log-level", AT(log_level), set_level, 1, "error, warn, info or debug"},
-    {"daemon", "busy_poll_us", "busy-poll-us", AT(busy_poll_us), set_int_or_auto, 1, "us the loop and completion thread poll after activity (auto: 500 cuda, 0 cpu)"},
-    {"daemon", "idle_poll_max_us", "idle-poll-max-us", AT(idle_poll_max_us), set_int_or_auto, 1, "longest gap between requests the loop polls across (auto: 5000 cuda, 0 cpu)"},
-    {"daemon", "ring_spin_us", "ring-spin-us", AT(ring_spin_us), set_int, 1, "us the loop polls submission rings after answering one (50; 0 = never)"},
-    {"admission", "policy", "reservation-policy", AT(policy), set_policy, 1, "reject or wait"},
-    {"admission", "wait_deadline_ms", "wait-deadline-ms", AT(wait_deadline_ms), set_u64, 1, "queued opener deadline (10000)"},
-    {"quota.client", "device_bytes", "client-device-bytes", AT(client_quota.device_bytes), set_u64, 1, "per client (0 = unlimited)"},
-    {"quota.client", "pinned_bytes", "client-pinned-bytes", AT(client_quota.pinned_bytes), set_u64, 1, "per client"},
-    {"quota.client", "live_tensors", "client-live-tensors", AT(client_quota.live_tensors), set_u64, 1, "per client (262144)"},
-    {"quota.client", "queued_ops", "client-queued-ops", AT(client_quota.queued_ops), set_u64, 1, "per client (131072)"},
-    {"quota.uid", "device_bytes", "uid-device-bytes", AT(uid_quota.device_bytes), set_u64, 1, "per uid"},
-    {"quota.uid", "pinned_bytes", "uid-pinned-bytes", AT(uid_quota.pinned_bytes), set_u64, 1, "per uid"},
-    {"quota.uid", "live_tensors", "uid-live-tensors", AT(uid_quota.live_tensors), set_u64, 1, "per uid (1048576)"},
-    {"quota.uid", "queued_ops", "uid-queued-ops", AT(uid_quota.queued_ops), set_u64, 1, "per uid (262144)"},
-    {"access", "allowed_users", "allowed-users", CUSTOM, set_allowed_users, 1, "who may connect (users)"},
-    {"access", "allowed_groups", "allowed-groups", CUSTOM, set_allowed_groups, 1, "who may connect (groups)"},
-    {"access", "admin_users", "admin-users", CUSTOM, set_admins, 1, "who may drain/terminate (besides root)"},
-    {"priority", "high", "priority-high", CUSTOM, set_high, 1, "users/@groups whose streams run first"},
-    {"priority", "low", "priority-low", CUSTOM, set_low, 1, "users/@groups whose streams run last"},
-    {"peers", "allow_cross_uid", "peers-allow-cross-uid", AT(peers_allow_cross_uid), set_bool, 1, "tf_copy_to may copy between clients of two uids (false)"},
-    {"peers", "copy_timeout_ms", "peers-copy-timeout-ms", AT(peers_copy_timeout_ms), set_u64, 1, "how long a copy from another daemon may take, its connect and queued work included (600000)"},
-    {"testing", "fault_injection", "test-fault-injection", AT(test_fault_injection), set_bool, 0,
-     "serve the fault-injection operation, which makes the device fault (tests only; false)"},
-    {"caches", "prepared_graphs", "prepared-graphs", AT(prepared_graphs), set_u64, 0, "prepared-graph instances kept for the next equal prepare, in use or idle (64; 0 = unbounded)"},
-    {"limits", "max_graph_nodes", "max-graph-nodes", AT(max_graph_nodes), set_int, 1, "nodes one prepared graph may have (4096)"},
-    {"limits", "max_prepared", "max-prepared", AT(max_prepared), set_int, 1, "prepared graphs one client may hold (256; 0 = unlimited)"},
-    {"limits", "max_prepared_per_uid", "max-prepared-per-uid", AT(max_prepared_per_uid), set_int, 1, "prepared graphs all clients of one uid may hold (1024; 0 = unlimited)"},
-    {"caches", "contraction_plans", "contraction-plans", AT(contraction_plans), set_u64, 1, "contraction plans kept, least recently used dropped (256; 0 = unbounded)"},
-    {"caches", "fft_plans", "fft-plans", AT(caches.fft_plans), set_u64, 0, "FFT plans kept (LRU bound, 64; 0 = unbounded)"},
-    {"caches", "fftw_planner", "fftw-planner", AT(caches.fftw_planner), set_planner, 0, "estimate, measure or patient (cpu)"},
-    {"caches", "fftw_wisdom", "fftw-wisdom", CUSTOM, set_wisdom, 0, "FFTW wisdom file (/var/lib/tenferro/fftw-wisdom; empty = none)"},
+    {"daemon", "socket", "socket", CUSTOM, set_socket, 0, DEFAULT(""),
+     "Unix socket path (unset: $TENFERRO_SOCKET, else /run/tenferro/tenferrod-<device>.sock)"},
+    {"daemon", "socket_mode", "socket-mode", AT(socket_mode), set_mode, 0, DEFAULT("0660"), "socket permission bits"},
+    {"daemon", "socket_group", "socket-group", CUSTOM, set_group_name, 0, DEFAULT(""), "group owning the socket (unset: the daemon's own)"},
+    {"daemon", "device", "device", CUSTOM, set_device, 0, DEFAULT("auto"), "auto, cpu, cuda:N or N (= cuda:N)"},
+    {"daemon", "workers", "workers", AT(workers), set_int, 0, DEFAULT("0"), "executor threads (0 = one per core)"},
+    {"daemon", "max_frame_bytes", "max-frame-bytes", AT(max_frame_bytes), set_frame, 0, DEFAULT("64M"), "largest frame"},
+    {"daemon", "max_pinned_bytes", "max-pinned-bytes", AT(max_pinned_bytes), set_u64, 1,
+     BY_MACHINE("half the physical memory", default_max_pinned_bytes), "pinned buffers of all clients (0 = unlimited)"},
+    {"daemon", "max_buffers", "max-buffers", AT(max_buffers), set_int, 1,
+     BY_MACHINE("half of vm.max_map_count, at most 32768", default_max_buffers), "pinned buffers of all clients, each one mapping (0 = unlimited)"},
+    {"limits", "max_buffers_per_client", "max-buffers-per-client", AT(max_buffers_per_client), set_int, 1, DEFAULT("1024"), "pinned buffers of one client (0 = unlimited)"},
+    {"limits", "max_buffers_per_uid", "max-buffers-per-uid", AT(max_buffers_per_uid), set_int, 1, DEFAULT("4096"), "pinned buffers of all clients of one uid (0 = unlimited)"},
+    {"daemon", "max_clients", "max-clients", AT(max_clients), set_int, 1, DEFAULT("256"), "clients served at once, past their Hello"},
+    {"limits", "max_clients_per_uid", "max-clients-per-uid", AT(max_clients_per_uid), set_int, 1, DEFAULT("64"), "clients of one uid (0 = unlimited)"},
+    {"limits", "max_handshakes_per_uid", "max-handshakes-per-uid", AT(max_handshakes_per_uid), set_int, 1, DEFAULT("8"), "connections of one uid before their Hello"},
+    {"limits", "max_takes_per_uid", "max-takes-per-uid", AT(max_takes_per_uid), set_int, 1, DEFAULT("4"), "copies from other daemons (tf_copy_to) in progress for one uid, root included (0 = unlimited)"},
+    {"limits", "hello_timeout_ms", "hello-timeout-ms", AT(hello_timeout_ms), set_u64, 1, DEFAULT("5000"), "time to say Hello before the connection is closed"},
+    {"limits", "uid_receive_bytes", "uid-receive-bytes", AT(uid_receive_bytes), set_u64, 1, DEFAULT("256M"), "unfinished input buffered for one uid, and the decode budgets of its large frames (0 = unlimited)"},
+    {"limits", "loop_slice_us", "loop-slice-us", AT(loop_slice_us), set_u64, 1, DEFAULT("2000"), "how long one connection's input may hold the loop"},
+    {"limits", "client_reply_bytes", "client-reply-bytes", AT(client_reply_bytes), set_u64, 1, DEFAULT("128M"), "replies queued for one client before its input waits (at least max_frame_bytes)"},
+    {"limits", "uid_reply_bytes", "uid-reply-bytes", AT(uid_reply_bytes), set_u64, 1, DEFAULT("512M"), "replies queued for all clients of one uid before their input waits (0 = unlimited)"},
+    {"limits", "reply_stall_ms", "reply-stall-ms", AT(reply_stall_ms), set_u64, 1, DEFAULT("30000"), "a waiting client whose replies are not read this long is closed (0 = never)"},
+    {"daemon", "log_level", "log-level", AT(log_level), set_level, 1, DEFAULT("info"), "error, warn, info or debug"},
+    {"daemon", "busy_poll_us", "busy-poll-us", AT(busy_poll_us), set_int_or_auto, 1, DEFAULT("auto"), "us the loop and completion thread poll after activity (auto: 500 cuda, 0 cpu)"},
+    {"daemon", "idle_poll_max_us", "idle-poll-max-us", AT(idle_poll_max_us), set_int_or_auto, 1, DEFAULT("auto"), "longest gap between requests the loop polls across (auto: 5000 cuda, 0 cpu)"},
+    {"daemon", "ring_spin_us", "ring-spin-us", AT(ring_spin_us), set_int, 1, DEFAULT("50"), "us the loop polls submission rings after answering one (0 = never)"},
+    {"admission", "policy", "reservation-policy", AT(policy), set_policy, 1, DEFAULT("reject"), "reject or wait"},
+    {"admission", "wait_deadline_ms", "wait-deadline-ms", AT(wait_deadline_ms), set_u64, 1, DEFAULT("10000"), "queued opener deadline"},
+    /* live_tensors and queued_ops are finite by default: each tensor and each queued operation is host memory of the daemon. */
+    {"quota.client", "device_bytes", "client-device-bytes", AT(client_quota.device_bytes), set_u64, 1, DEFAULT("0"), "per client (0 = unlimited)"},
+    {"quota.client", "pinned_bytes", "client-pinned-bytes", AT(client_quota.pinned_bytes), set_u64, 1, DEFAULT("0"), "per client (0 = unlimited)"},
+    {"quota.client", "live_tensors", "client-live-tensors", AT(client_quota.live_tensors), set_u64, 1, DEFAULT("262144"), "per client (0 = unlimited)"},
+    {"quota.client", "queued_ops", "client-queued-ops", AT(client_quota.queued_ops), set_u64, 1, DEFAULT("131072"), "per client (0 = unlimited)"},
+    {"quota.uid", "device_bytes", "uid-device-bytes", AT(uid_quota.device_bytes), set_u64, 1, DEFAULT("0"), "per uid (0 = unlimited)"},
+    {"quota.uid", "pinned_bytes", "uid-pinned-bytes", AT(uid_quota.pinned_bytes), set_u64, 1, DEFAULT("0"), "per uid (0 = unlimited)"},
+    {"quota.uid", "live_tensors", "uid-live-tensors", AT(uid_quota.live_tensors), set_u64, 1, DEFAULT("1048576"), "per uid (0 = unlimited)"},
+    {"quota.uid", "queued_ops", "uid-queued-ops", AT(uid_quota.queued_ops), set_u64, 1, DEFAULT("262144"), "per uid (0 = unlimited)"},
+    {"access", "allowed_users", "allowed-users", CUSTOM, set_allowed_users, 1, DEFAULT(""), "who may connect (users; none listed = everyone)"},
+    {"access", "allowed_groups", "allowed-groups", CUSTOM, set_allowed_groups, 1, DEFAULT(""), "who may connect (groups; none listed = everyone)"},
+    {"access", "admin_users", "admin-users", CUSTOM, set_admins, 1, DEFAULT(""), "who may drain/terminate (besides root)"},
+    {"priority", "high", "priority-high", CUSTOM, set_high, 1, DEFAULT(""), "users/@groups whose streams run first"},
+    {"priority", "low", "priority-low", CUSTOM, set_low, 1, DEFAULT(""), "users/@groups whose streams run last"},
+    {"peers", "allow_cross_uid", "peers-allow-cross-uid", AT(peers_allow_cross_uid), set_bool, 1, DEFAULT("false"), "tf_copy_to may copy between clients of two uids"},
+    {"peers", "copy_timeout_ms", "peers-copy-timeout-ms", AT(peers_copy_timeout_ms), set_u64, 1, DEFAULT("600000"), "how long a copy from another daemon may take, its connect and queued work included"},
+    {"testing", "fault_injection", "test-fault-injection", AT(test_fault_injection), set_bool, 0, DEFAULT("false"),
+     "serve the fault-injection operation, which makes the device fault (tests only)"},
+    {"caches", "prepared_graphs", "prepared-graphs", AT(prepared_graphs), set_u64, 0, DEFAULT("64"), "prepared-graph instances kept for the next equal prepare, in use or idle (0 = unbounded)"},
+    {"limits", "max_graph_nodes", "max-graph-nodes", AT(max_graph_nodes), set_int, 1, DEFAULT("4096"), "nodes one prepared graph may have"},
+    {"limits", "max_prepared", "max-prepared", AT(max_prepared), set_int, 1, DEFAULT("256"), "prepared graphs one client may hold (0 = unlimited)"},
+    {"limits", "max_prepared_per_uid", "max-prepared-per-uid", AT(max_prepared_per_uid), set_int, 1, DEFAULT("1024"), "prepared graphs all clients of one uid may hold (0 = unlimited)"},
+    /* The contraction cache starts at this bound before the configuration is read (contract-cache.c). */
+    {"caches", "contraction_plans", "contraction-plans", AT(contraction_plans), set_u64, 1, DEFAULT(VALUE_TEXT(TFD_CONTRACT_PLANS_DEFAULT)), "contraction plans kept, least recently used dropped (0 = unbounded)"},
+    {"caches", "fft_plans", "fft-plans", AT(caches.fft_plans), set_u64, 0, DEFAULT("64"), "FFT plans kept (LRU bound; 0 = unbounded)"},
+    {"caches", "fftw_planner", "fftw-planner", AT(caches.fftw_planner), set_planner, 0, DEFAULT("estimate"), "estimate, measure or patient (cpu)"},
+    /* In the service's state directory (StateDirectory=tenferro in tenferrod@.service). */
+    {"caches", "fftw_wisdom", "fftw-wisdom", CUSTOM, set_wisdom, 0, DEFAULT("/var/lib/tenferro/fftw-wisdom"), "FFTW wisdom file (empty = none)"},
 };
 
 #define N_SETTINGS (sizeof settings / sizeof *settings)
@@ -401,22 +450,6 @@ static const setting *find(const char *section, const char *key) {
         if (strcmp(settings[i].section, section) == 0 && strcmp(settings[i].key, key) == 0)
             return &settings[i];
     return NULL;
-}
-
-/*
- * Each pinned buffer is one mapping of the daemon: half of the kernel's
- * vm.max_map_count is left to the daemon's own mappings (libraries, heap,
- * thread stacks, the clients' completion pages).
- */
-static int default_max_buffers(void) {
-    long maps = 65530; /* the kernel's default */
-    FILE *f = fopen("/proc/sys/vm/max_map_count", "r");
-    if (f) {
-        if (fscanf(f, "%ld", &maps) != 1) maps = 65530;
-        fclose(f);
-    }
-    long half = maps / 2;
-    return half > 32768 ? 32768 : half < 64 ? 64 : (int)half;
 }
 
 void tfd_config_apply_runtime(tfd_options *cur, const tfd_options *next) {
@@ -433,47 +466,28 @@ void tfd_config_apply_runtime(tfd_options *cur, const tfd_options *next) {
     cur->n_priorities = next->n_priorities;
 }
 
+/*
+ * Every setting starts from its own setter given its default text, so a
+ * default means exactly what the same line in the file would.
+ */
 void tfd_options_defaults(tfd_options *opt) {
+    /*
+     * Zero first for what is no setting: the counts of the access and priority
+     * lists (their settings' empty defaults keep them at 0) and the padding,
+     * so two default configurations compare equal byte for byte.
+     */
     memset(opt, 0, sizeof *opt);
-    opt->socket_mode = 0660;
-    snprintf(opt->device, sizeof opt->device, "auto");
-    opt->max_frame_bytes = TF__DEFAULT_MAX_FRAME_BYTES;
-    /* Pinned pages cannot be swapped: by default at most half the RAM is handed out as buffers. */
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    opt->max_pinned_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page / 2 : 0;
-    /* Finite by default: each tensor and each queued operation is host memory of the daemon. */
-    opt->client_quota.live_tensors = 262144;
-    opt->client_quota.queued_ops = 131072;
-    opt->uid_quota.live_tensors = 1048576;
-    opt->uid_quota.queued_ops = 262144;
-    opt->max_buffers = default_max_buffers();
-    opt->max_buffers_per_client = 1024;
-    opt->max_buffers_per_uid = 4096;
-    opt->policy = TFD_POLICY_REJECT;
-    opt->wait_deadline_ms = 10000;
-    opt->max_clients = 256;
-    opt->max_clients_per_uid = 64;
-    opt->max_handshakes_per_uid = 8;
-    opt->max_takes_per_uid = 4;
-    opt->hello_timeout_ms = 5000;
-    opt->uid_receive_bytes = (uint64_t)256 << 20;
-    opt->loop_slice_us = 2000;
-    opt->client_reply_bytes = (uint64_t)128 << 20;
-    opt->uid_reply_bytes = (uint64_t)512 << 20;
-    opt->reply_stall_ms = 30000;
-    opt->log_level = TFD_LOG_INFO;
-    opt->busy_poll_us = -1;
-    opt->ring_spin_us = 50;
-    opt->peers_copy_timeout_ms = 600000;
-    opt->idle_poll_max_us = -1;
-    opt->contraction_plans = TFD_CONTRACT_PLANS_DEFAULT;
-    opt->prepared_graphs = 64;
-    opt->max_graph_nodes = 4096;
-    opt->max_prepared = 256;
-    opt->max_prepared_per_uid = 1024;
-    opt->caches.fft_plans = 64;
-    opt->caches.fftw_planner = TFD_FFTW_ESTIMATE;
-    snprintf(opt->caches.fftw_wisdom, sizeof opt->caches.fftw_wisdom, "%s", TFD_DEFAULT_FFTW_WISDOM);
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting *s = &settings[i];
+        char text[64], why[256];
+        if (s->machine) s->machine(text, sizeof text);
+        const char *value = s->machine ? text : s->def;
+        if (s->set(opt, (char *)opt + s->offset, value, why, sizeof why) != 0) {
+            /* A default its own setter refuses is a bug of the table (test-config-table runs each). */
+            tfd_log(TFD_LOG_ERROR, "config: the default of [%s] %s is refused: %s", s->section, s->key, why);
+            abort();
+        }
+    }
 }
 
 int tfd_config_set(tfd_options *opt, const char *section, const char *key, const char *value,
@@ -541,10 +555,28 @@ int tfd_config_load(const char *path, tfd_options *opt, char *err, size_t err_le
 }
 
 void tfd_config_usage(FILE *out) {
-    for (size_t i = 0; i < N_SETTINGS; i++)
-        if (settings[i].flag)
-            fprintf(out, "  --%-22s [%s] %s: %s\n", settings[i].flag, settings[i].section,
-                    settings[i].key, settings[i].help);
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const setting *s = &settings[i];
+        if (!s->flag) continue;
+        /* An unset default says nothing here: the help says what unset means. */
+        fprintf(out, "  --%-22s [%s] %s: %s%s%s\n", s->flag, s->section, s->key, s->help,
+                s->def[0] ? "; default " : "", s->def);
+    }
+}
+
+int tfd_config_setting(size_t i, tfd_setting_info *info) {
+    if (i >= N_SETTINGS) return -1;
+    const setting *s = &settings[i];
+    *info = (tfd_setting_info){
+        .section = s->section,
+        .key = s->key,
+        .flag = s->flag,
+        .def = s->def,
+        .by_machine = s->machine != NULL,
+        .runtime = s->runtime,
+        .help = s->help,
+    };
+    return 0;
 }
 
 int tfd_startup_options(const tfd_startup *startup, tfd_options *opt, char *err, size_t err_len) {

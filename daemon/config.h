@@ -9,14 +9,13 @@
 #define TENFERRO_DAEMON_CONFIG_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "daemon/options.h"
 
 #define TFD_DEFAULT_CONFIG_PATH "/etc/tenferro/tenferrod.conf"
-/* In the service's state directory (StateDirectory=tenferro in tenferrod@.service). */
-#define TFD_DEFAULT_FFTW_WISDOM "/var/lib/tenferro/fftw-wisdom"
 
-/* Fills every option with its default. */
+/* Fills every option with its default: each setting's setter run on the table's default text. */
 void tfd_options_defaults(tfd_options *opt);
 
 /*
@@ -35,8 +34,31 @@ int tfd_config_flag(const char *flag, const char **section, const char **key);
 /* Reads an INI file into opt. Returns 0, or -1 with "path:line: reason" in err. */
 int tfd_config_load(const char *path, tfd_options *opt, char *err, size_t err_len);
 
-/* Writes one line per flag with its meaning, for --help. */
+/* Writes one line per flag with its meaning and its default, for --help. */
 void tfd_config_usage(FILE *out);
+
+/*
+ * One setting of the table as the outside describes it: --help, the example
+ * configuration and the docs' settings tables, which tests/unit/
+ * test-config-table.c checks against it.
+ */
+typedef struct tfd_setting_info {
+    const char *section;
+    const char *key;
+    const char *flag; /* NULL when file-only */
+    /*
+     * The default as the file writes it ("64M", "auto"; "" when unset). With
+     * by_machine it is computed at start instead, and def says how ("half the
+     * physical memory").
+     */
+    const char *def;
+    int by_machine;
+    int runtime;   /* can change on SIGHUP */
+    const char *help;
+} tfd_setting_info;
+
+/* Describes the i-th setting of the table into info; 0, or -1 past the last. */
+int tfd_config_setting(size_t i, tfd_setting_info *info);
 
 /* 1 when a setting is a switch (true/false): its flag may stand alone, meaning true. */
 int tfd_config_switch(const char *section, const char *key);

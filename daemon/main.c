@@ -21,8 +21,8 @@ static void usage(FILE *out) {
             "  --version, --help\n"
             "Every setting of the file can be given as a flag, overriding the file:\n",
             TFD_DEFAULT_CONFIG_PATH);
+    /* Each setting's line carries its default, from the settings table (config.c). */
     tfd_config_usage(out);
-    fprintf(out, "The socket defaults to $TENFERRO_SOCKET, else /run/tenferro/tenferrod-<device>.sock.\n");
 }
 
 /*
