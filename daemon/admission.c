@@ -8,8 +8,8 @@
 
 #include "daemon/admission.h"
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/log.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 
 static void on_queued_timer_closed(uv_handle_t *h) {

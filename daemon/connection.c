@@ -20,7 +20,6 @@
 #include "daemon/handle-buffer.h"
 #include "daemon/handle-prepare.h"
 #include "daemon/handle-transfer.h"
-#include "daemon/handlers.h"
 #include "daemon/item-pool.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
@@ -28,6 +27,7 @@
 #include "daemon/peer-offer.h"
 #include "daemon/peer-take.h"
 #include "daemon/notify.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 
 #define READ_CHUNK (64 * 1024)

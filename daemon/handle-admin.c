@@ -14,11 +14,11 @@
 
 #include "daemon/access.h"
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/item-pool.h"
 #include "daemon/log.h"
 #include "daemon/notify.h"
 #include "daemon/options.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 
 /* Names of the kinds, for the log and for refusals. */

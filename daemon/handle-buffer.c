@@ -14,10 +14,10 @@
 
 #include "daemon/connection.h"
 #include "daemon/handle-buffer.h"
-#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/pinned-work.h"
 #include "daemon/quota.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 
 /*

@@ -9,8 +9,8 @@
  */
 #include "daemon/batch.h"
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/log.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 #include "daemon/tensor-table.h"
 

@@ -15,9 +15,9 @@
 #include "common/sanitize.h"
 #include "daemon/access.h"
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 
 static void send_hello_reply(tfd_conn *c, uint64_t seq, int ring, int page_fd);

@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/pinned-work.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 
 /* The completion page is small: sealed here, on the loop, and then put to use. */

@@ -20,10 +20,10 @@
 
 #include "daemon/connection.h"
 #include "daemon/handle-prepare.h"
-#include "daemon/handlers.h"
 #include "daemon/item-pool.h"
 #include "daemon/log.h"
 #include "daemon/quota.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 
 /*

@@ -10,9 +10,9 @@
 #include "daemon/admission.h"
 #include "daemon/batch.h"
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/item-pool.h"
 #include "daemon/log.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 
 void tfd_handle_session_open(tfd_conn *c, Tenferro__Frame *frame) {

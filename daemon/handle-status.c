@@ -7,9 +7,9 @@
 #include "daemon/connection.h"
 #include "daemon/counters.h"
 #include "daemon/handle-buffer.h"
-#include "daemon/handlers.h"
 #include "daemon/limits.h"
 #include "daemon/options.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 
 /* Caches a status reply lists at most (the backend's plan caches). */

@@ -6,7 +6,7 @@
 #include <stdio.h>
 
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 
 void tfd_handle_tensor_info(tfd_conn *c, Tenferro__Frame *frame) {

@@ -12,9 +12,9 @@
 
 #include "daemon/batch.h"
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/item-pool.h"
 #include "daemon/quota.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 #include "daemon/tensor-table.h"
 #include "daemon/unwritten.h"

@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/log.h"
 #include "daemon/mailbox.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 #include "daemon/handle-transfer.h"
 

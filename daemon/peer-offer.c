@@ -22,10 +22,10 @@
 
 #include "daemon/batch.h"
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/item-pool.h"
 #include "daemon/log.h"
 #include "daemon/peer-offer.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 #include "daemon/tensor-table.h"
 

@@ -33,12 +33,12 @@
 #include "common/daemon-socket.h"
 #include "daemon/batch.h"
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/item-pool.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/peer-take.h"
 #include "daemon/peer-link.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
 #include "daemon/tensor-table.h"
 

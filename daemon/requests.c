@@ -1,12 +1,61 @@
 /*
- * Dispatch: routes a decoded frame to the handler named after its body. The
- * handshake must come first; a frame the daemon does not know is answered
- * with a typed error and the connection stays usable.
+ * Dispatch: routes a decoded frame to the handler its body names, by a table
+ * made from TFD_REQUEST_LIST (requests.h). The handshake must come first; a
+ * frame the daemon does not know is answered with a typed error and the
+ * connection stays usable.
  */
 #include "daemon/connection.h"
-#include "daemon/handlers.h"
 #include "daemon/log.h"
+#include "daemon/requests.h"
 #include "daemon/server.h"
+
+/* One row of TFD_REQUEST_LIST: its handler and its flags (TFD_REQUEST_FIRST, TFD_REQUEST_PEER). */
+typedef struct tfd_request {
+    void (*handler)(tfd_conn *c, Tenferro__Frame *frame);
+    unsigned flags;
+} tfd_request;
+
+/*
+ * The table's size: one more than the largest body case of the list (the
+ * size of a union with one member per row, char[body + 1]).
+ */
+#define TFD_REQUEST_SIZE_MEMBER(body, handler, flags) char handler[(body) + 1];
+enum { TFD_REQUEST_TABLE_SIZE = sizeof(union { TFD_REQUEST_LIST(TFD_REQUEST_SIZE_MEMBER) }) };
+#undef TFD_REQUEST_SIZE_MEMBER
+
+/* Every row's body case is a request's: not "no body", and within the table. */
+#define TFD_REQUEST_CHECK_ROW(body, handler, flags)                                               \
+    _Static_assert((body) > TENFERRO__FRAME__BODY__NOT_SET &&                                      \
+                       (int)(body) < (int)TFD_REQUEST_TABLE_SIZE,                                 \
+                   #handler ": its body case " #body " is not a request's");
+TFD_REQUEST_LIST(TFD_REQUEST_CHECK_ROW)
+#undef TFD_REQUEST_CHECK_ROW
+
+/*
+ * Never called: at build time, every row's body case is a case of the
+ * generated enum (-Wswitch: "case value not in enumerated type", an error
+ * under -Werror), and no body case has two rows ("duplicate case value").
+ */
+#define TFD_REQUEST_CASE(body, handler, flags) case body:
+__attribute__((unused)) static void request_cases_are_body_cases(Tenferro__Frame__BodyCase body) {
+    switch (body) {
+    TFD_REQUEST_LIST(TFD_REQUEST_CASE)
+    default:
+        break;
+    }
+}
+#undef TFD_REQUEST_CASE
+
+/* The handlers by body case; a case with no row has none. */
+#define TFD_REQUEST_ROW(body, h, f) [body] = {.handler = h, .flags = (f)},
+static const tfd_request requests[TFD_REQUEST_TABLE_SIZE] = {TFD_REQUEST_LIST(TFD_REQUEST_ROW)};
+#undef TFD_REQUEST_ROW
+
+/* The request of body case `body`, or NULL for one the daemon does not serve. */
+static const tfd_request *request_of(Tenferro__Frame__BodyCase body) {
+    if ((unsigned)body >= TFD_REQUEST_TABLE_SIZE || !requests[body].handler) return NULL;
+    return &requests[body];
+}
 
 void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
     /* Sequence number 0 marks the daemon's last word: no request may carry it. */
@@ -16,90 +65,22 @@ void tfd_dispatch(tfd_conn *c, Tenferro__Frame *frame) {
                          "daemon's last word: number requests from 1");
         return;
     }
-    if (!c->hello_done && frame->body_case != TENFERRO__FRAME__BODY_HELLO) {
+    const tfd_request *r = request_of(frame->body_case);
+    if (!c->hello_done && !(r && (r->flags & TFD_REQUEST_FIRST))) {
         tf__frame_free(frame);
         tfd_conn_fail(c, "the first frame must be Hello");
         return;
     }
     /* A peer daemon's connection (peer-offer.c) has no stream: it only fetches offers. */
-    if (c->peer_daemon && frame->body_case != TENFERRO__FRAME__BODY_PEER_FETCH &&
-        frame->body_case != TENFERRO__FRAME__BODY_HELLO) {
+    if (c->peer_daemon && !(r && (r->flags & TFD_REQUEST_PEER))) {
         tfd_conn_reply(c, frame->seq, TF_ERR_PERMISSION,
                        "a peer daemon's connection only fetches offers (PeerFetch)");
         tf__frame_free(frame);
         return;
     }
-    switch (frame->body_case) {
-    case TENFERRO__FRAME__BODY_HELLO:
-        tfd_handle_hello(c, frame);
+    if (r) {
+        r->handler(c, frame);
         return;
-    case TENFERRO__FRAME__BODY_UPLOAD:
-        tfd_handle_upload(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_DOWNLOAD:
-        tfd_handle_download(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_FREE:
-        tfd_handle_free(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_SESSION_OPEN:
-        tfd_handle_session_open(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_SUBMIT:
-        tfd_handle_submit(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_SESSION_RELEASE:
-        tfd_handle_session_release(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_STATUS_REQUEST:
-        tfd_handle_status(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_ADMIN_REQUEST:
-        tfd_handle_admin(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_BUFFER_CREATE:
-        tfd_handle_buffer_create(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_BUFFER_FREE:
-        tfd_handle_buffer_free(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_MAPPED:
-        tfd_handle_mapped(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_PREPARE:
-        tfd_handle_prepare(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_PREPARED_FREE:
-        tfd_handle_prepared_free(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_TENSOR_INFO:
-        tfd_handle_tensor_info(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_TRANSFER:
-        tfd_handle_transfer(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_TRANSFER_RELEASE:
-        tfd_handle_transfer_release(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_MAILBOX_DOORBELL:
-        tfd_handle_mailbox_doorbell(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_COPY_OFFER:
-        tfd_handle_copy_offer(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_PEER_FETCH:
-        tfd_handle_peer_fetch(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_COPY_TAKE:
-        tfd_handle_copy_take(c, frame);
-        return;
-    case TENFERRO__FRAME__BODY_HELLO_REPLY:
-    case TENFERRO__FRAME__BODY_RESULT:
-    case TENFERRO__FRAME__BODY_DOWNLOAD_REPLY:
-    case TENFERRO__FRAME__BODY_STATUS_REPLY:
-    case TENFERRO__FRAME__BODY__NOT_SET:
-    default:
-        break;
     }
     /* Not a protocol error: the connection stays usable (a newer client may probe). */
     c->srv->counters.requests_unsupported++;
