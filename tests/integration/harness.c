@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <grp.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,9 +32,46 @@ static const char *daemon_path(void) {
     return p && p[0] ? p : "build/tenferrod";
 }
 
-static void sleep_ms(int ms) {
+void th_sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+double th_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+double th_now_s(void) { return th_now_ms() / 1e3; }
+
+long th_proc_status_value(pid_t pid, const char *name) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    const size_t len = strlen(name);
+    long value = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, name, len) == 0 && line[len] == ':') {
+            char *end;
+            long v = strtol(line + len + 1, &end, 10);
+            if (end != line + len + 1) value = v;
+            break;
+        }
+    fclose(f);
+    return value;
+}
+
+int th_proc_entries(pid_t pid, const char *dir) {
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, dir);
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
 }
 
 /* The runtime directory of this test process's daemons, and the process that made it. */
@@ -131,7 +170,7 @@ static int start_va(th_daemon *d, const char *socket, va_list ap) {
             d->pid = 0;
             return -1;
         }
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     fprintf(stderr, "harness: tenferrod did not start listening; log %s\n", d->log_path);
     return -1;
@@ -179,6 +218,13 @@ char *th_daemon_log(const th_daemon *d) {
     return text;
 }
 
+int th_daemon_running(const th_daemon *d) {
+    siginfo_t info = {0};
+    /* WNOWAIT: only look, so th_wait reaps it later and decodes the status as usual. */
+    if (waitid(P_PID, (id_t)d->pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return 0;
+    return info.si_pid != d->pid;
+}
+
 int th_daemon_wait(th_daemon *d, int timeout_ms) {
     if (d->pid <= 0) return -1;
     for (int waited = 0;; waited += 10) {
@@ -188,7 +234,7 @@ int th_daemon_wait(th_daemon *d, int timeout_ms) {
             info.si_pid == d->pid)
             break;
         if (waited >= timeout_ms) return -1;
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     int rc = th_wait(d->pid);
     d->pid = 0;
@@ -222,6 +268,12 @@ int th_wait(pid_t pid) {
     return -1;
 }
 
+void th_die_with_parent(void) { prctl(PR_SET_PDEATHSIG, SIGKILL); }
+
+int th_become(uid_t uid, gid_t gid) {
+    return setgroups(0, NULL) == 0 && setgid(gid) == 0 && setuid(uid) == 0;
+}
+
 int th_raw_connect(const th_daemon *d) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
@@ -253,6 +305,15 @@ int th_raw_send(int fd, Tenferro__Frame *frame) {
     int rc = th_raw_send_bytes(fd, buf, len);
     free(buf);
     return rc;
+}
+
+int th_raw_send_doorbell(int fd, uint64_t seq) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__MailboxDoorbell b = TENFERRO__MAILBOX_DOORBELL__INIT;
+    f.seq = seq;
+    f.body_case = TENFERRO__FRAME__BODY_MAILBOX_DOORBELL;
+    f.mailbox_doorbell = &b;
+    return th_raw_send(fd, &f);
 }
 
 int th_raw_send_mapped(int fd, uint64_t seq, uint64_t buffer) {
@@ -359,6 +420,38 @@ void th_raw_build_download(Tenferro__Frame *f, Tenferro__Download *dl, uint64_t 
     f->download = dl;
 }
 
+void th_raw_build_upload(Tenferro__Frame *f, Tenferro__Upload *up, uint64_t id, int create,
+                         tf_dtype dtype, int rank, const int64_t *shape, uint64_t offset,
+                         const void *data, size_t len) {
+    tenferro__frame__init(f);
+    tenferro__upload__init(up);
+    up->tensor = id;
+    up->create = create;
+    up->dtype = (uint32_t)dtype;
+    up->n_shape = (size_t)rank;
+    up->shape = (int64_t *)shape;
+    up->offset = offset;
+    up->data.data = (uint8_t *)data;
+    up->data.len = len;
+    f->body_case = TENFERRO__FRAME__BODY_UPLOAD;
+    f->upload = up;
+}
+
+void th_raw_build_transfer(Tenferro__Frame *f, Tenferro__Transfer *t, uint32_t direction,
+                           uint64_t buffer, uint64_t tensor, uint32_t slot, uint64_t offset,
+                           uint64_t bytes) {
+    tenferro__frame__init(f);
+    tenferro__transfer__init(t);
+    t->direction = direction;
+    t->buffer = buffer;
+    t->tensor = tensor;
+    t->slot = slot;
+    t->offset = offset;
+    t->bytes = bytes;
+    f->body_case = TENFERRO__FRAME__BODY_TRANSFER;
+    f->transfer = t;
+}
+
 int th_raw_closed(int fd, int timeout_ms) {
     uint8_t byte;
     for (;;) {
@@ -371,16 +464,199 @@ int th_raw_closed(int fd, int timeout_ms) {
     }
 }
 
-Tenferro__Frame *th_raw_hello(int fd, uint32_t version) {
+/* Sends Hello of protocol `version` as `name` (NULL: none), as a peer daemon when peer, numbered seq. */
+static int send_hello(int fd, uint64_t seq, uint32_t version, const char *name, int peer) {
     Tenferro__Frame f = TENFERRO__FRAME__INIT;
     Tenferro__Hello h = TENFERRO__HELLO__INIT;
     h.protocol_version = version;
-    h.client_name = "raw-test";
-    f.seq = 1;
+    if (name) h.client_name = (char *)name;
+    h.peer_daemon = peer;
+    f.seq = seq;
     f.body_case = TENFERRO__FRAME__BODY_HELLO;
     f.hello = &h;
-    if (th_raw_send(fd, &f) != 0) return NULL;
+    return th_raw_send(fd, &f);
+}
+
+Tenferro__Frame *th_raw_hello(int fd, uint32_t version) {
+    if (send_hello(fd, 1, version, "raw-test", 0) != 0) return NULL;
     return th_raw_recv(fd, 5000);
+}
+
+Tenferro__Frame *th_raw_peer_hello(int fd, int timeout_ms) {
+    if (send_hello(fd, 1, TENFERRO__PROTOCOL__PROTOCOL_VERSION, NULL, 1) != 0) return NULL;
+    return th_raw_recv(fd, timeout_ms);
+}
+
+int th_raw_send_hello(int fd, uint64_t seq, const char *name) {
+    return send_hello(fd, seq, TENFERRO__PROTOCOL__PROTOCOL_VERSION, name, 0);
+}
+
+int th_raw_open(const th_daemon *d, const char *name, uint64_t seq, uint64_t *client_id) {
+    int fd = th_raw_connect(d);
+    if (fd < 0) return -1;
+    int page_fd = -1;
+    Tenferro__Frame *r = th_raw_send_hello(fd, seq, name) == 0 ? th_raw_recv_fd(fd, 10000, &page_fd)
+                                                               : NULL;
+    if (page_fd >= 0) close(page_fd);
+    const int ok = r && r->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY;
+    if (ok && client_id) *client_id = r->hello_reply->client_id;
+    tf__frame_free(r);
+    if (!ok) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int th_raw_client_open(const th_daemon *d, const char *name, uint64_t *seq, th_raw_client *rc) {
+    memset(rc, 0, sizeof *rc);
+    rc->fd = th_raw_connect(d);
+    if (rc->fd < 0) {
+        fprintf(stderr, "harness: cannot connect to %s\n", d->socket);
+        return -1;
+    }
+    int page_fd = -1;
+    const uint64_t hello_seq = ++*seq;
+    Tenferro__Frame *r = th_raw_send_hello(rc->fd, hello_seq, name) == 0
+                             ? th_raw_recv_fd(rc->fd, 10000, &page_fd)
+                             : NULL;
+    const char *problem = NULL;
+    if (!(r && r->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY))
+        problem = "no HelloReply";
+    else if (r->seq != hello_seq)
+        problem = "the HelloReply answers another request";
+    else if (page_fd < 0)
+        problem = "the HelloReply came without the completion page's descriptor";
+    if (!problem) {
+        const Tenferro__HelloReply *hr = r->hello_reply;
+        rc->client_id = hr->client_id;
+        rc->completion_slots = hr->completion_slots;
+        rc->mailbox_offset = hr->mailbox_offset;
+        rc->ring_offset = hr->ring_offset;
+        rc->map_bytes = TF__COMPLETION_MAP_BYTES;
+        const size_t ring_end = hr->ring_offset ? (size_t)hr->ring_offset + TF_RING_HEADER_BYTES +
+                                                      hr->ring_request_bytes + hr->ring_reply_bytes
+                                                : 0;
+        if (ring_end > rc->map_bytes) rc->map_bytes = ring_end;
+        void *map = mmap(NULL, rc->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
+        if (map == MAP_FAILED) {
+            fprintf(stderr, "harness: cannot map the completion page: %s\n", strerror(errno));
+            problem = "the completion page does not map";
+        } else {
+            rc->map = map;
+            rc->page = (tf__completion_slot *)rc->map;
+            rc->box = (tf__mailbox *)(rc->map + TF__MAILBOX_OFFSET);
+            if (hr->ring_offset) {
+                rc->ring = (tf_ring_header *)(rc->map + hr->ring_offset);
+                rc->req = rc->map + hr->ring_offset + TF_RING_HEADER_BYTES;
+                rc->req_bytes = hr->ring_request_bytes;
+                rc->rep = rc->req + rc->req_bytes;
+                rc->rep_bytes = hr->ring_reply_bytes;
+            }
+        }
+    }
+    tf__frame_free(r);
+    if (page_fd >= 0) close(page_fd);
+    if (!problem && th_raw_send_mapped(rc->fd, ++*seq, 0) != 0) problem = "Mapped not sent";
+    if (problem) {
+        fprintf(stderr, "harness: raw client %s: %s\n", name ? name : "", problem);
+        if (rc->map) munmap(rc->map, rc->map_bytes);
+        close(rc->fd);
+        memset(rc, 0, sizeof *rc);
+        rc->fd = -1;
+        return -1;
+    }
+    return 0;
+}
+
+void th_raw_client_close(th_raw_client *rc) {
+    if (rc->map) munmap(rc->map, rc->map_bytes);
+    close(rc->fd);
+    rc->map = NULL;
+    rc->fd = -1;
+}
+
+void th_slot_arm(tf__completion_slot *page, uint32_t slot) {
+    __atomic_store_n(&page[slot].status, 0xffffffffu, __ATOMIC_RELAXED);
+    __atomic_store_n(&page[slot].state, (uint32_t)TF__SLOT_PENDING, __ATOMIC_RELEASE);
+}
+
+tf_status th_slot_take(tf__completion_slot *page, uint32_t slot) {
+    tf_status st = (tf_status)__atomic_load_n(&page[slot].status, __ATOMIC_RELAXED);
+    __atomic_store_n(&page[slot].state, (uint32_t)TF__SLOT_IDLE, __ATOMIC_RELAXED);
+    return st;
+}
+
+void th_ring_copy_in(uint8_t *base, uint32_t area, uint64_t pos, const void *src, size_t len) {
+    for (size_t i = 0; i < len; i++) base[(pos + i) % area] = ((const uint8_t *)src)[i];
+}
+
+void th_ring_copy_out(uint8_t *dst, const uint8_t *base, uint32_t area, uint64_t pos, size_t len) {
+    for (size_t i = 0; i < len; i++) dst[i] = base[(pos + i) % area];
+}
+
+void th_ring_write(th_raw_client *rc, uint64_t seq, uint64_t after_seq, const void *body,
+                   uint32_t len) {
+    tf_ring_entry e = {.bytes = len, .seq = seq, .after_seq = after_seq};
+    th_ring_copy_in(rc->req, rc->req_bytes, rc->req_head, &e, sizeof e);
+    th_ring_copy_in(rc->req, rc->req_bytes, rc->req_head + sizeof e, body, len);
+    rc->req_head += (sizeof e + len + 7) & ~(size_t)7;
+    __atomic_store_n(&rc->ring->req_head, rc->req_head, __ATOMIC_SEQ_CST);
+}
+
+void th_ring_write_frame(th_raw_client *rc, const Tenferro__Frame *f, uint64_t after_seq) {
+    size_t len = tenferro__frame__get_packed_size(f);
+    uint8_t *body = malloc(len ? len : 1);
+    if (!body) abort();
+    tenferro__frame__pack(f, body);
+    th_ring_write(rc, f->seq, after_seq, body, (uint32_t)len);
+    free(body);
+}
+
+int th_ring_read(th_raw_client *rc, int timeout_ms, Tenferro__Frame **frame, uint64_t *entry_seq) {
+    *frame = NULL;
+    for (int waited = 0; __atomic_load_n(&rc->ring->rep_head, __ATOMIC_ACQUIRE) == rc->rep_tail;
+         waited++) {
+        if (waited >= timeout_ms) return 0;
+        th_sleep_ms(1);
+    }
+    tf_ring_entry e;
+    th_ring_copy_out((uint8_t *)&e, rc->rep, rc->rep_bytes, rc->rep_tail, sizeof e);
+    uint8_t *body = malloc(e.bytes ? e.bytes : 1);
+    if (!body) abort();
+    th_ring_copy_out(body, rc->rep, rc->rep_bytes, rc->rep_tail + sizeof e, e.bytes);
+    rc->rep_tail += (sizeof e + e.bytes + 7) & ~(uint64_t)7;
+    __atomic_store_n(&rc->ring->rep_tail, rc->rep_tail, __ATOMIC_RELEASE);
+    *frame = tf__frame_decode(body, e.bytes);
+    free(body);
+    if (entry_seq) *entry_seq = e.seq;
+    return 1;
+}
+
+int th_frames_add(th_frames *frames, const Tenferro__Frame *f) {
+    uint8_t *bytes;
+    size_t n;
+    if (tf__frame_encode(f, UINT32_MAX, &bytes, &n) != TF_OK) return -1;
+    if (frames->len + n > frames->cap) {
+        size_t cap = frames->cap ? frames->cap : 4096;
+        while (cap < frames->len + n) cap *= 2;
+        uint8_t *p = realloc(frames->bytes, cap);
+        if (!p) {
+            free(bytes);
+            return -1;
+        }
+        frames->bytes = p;
+        frames->cap = cap;
+    }
+    memcpy(frames->bytes + frames->len, bytes, n);
+    frames->len += n;
+    free(bytes);
+    return 0;
+}
+
+void th_frames_free(th_frames *frames) {
+    free(frames->bytes);
+    memset(frames, 0, sizeof *frames);
 }
 
 /* Asks for the status report on a fresh raw connection. */
@@ -403,6 +679,19 @@ Tenferro__Frame *th_status_report(const th_daemon *d) {
     return reply;
 }
 
+uint64_t th_report_counter(const Tenferro__StatusReply *report, const char *name) {
+    for (size_t i = 0; i < report->n_counters; i++)
+        if (strcmp(report->counters[i]->name, name) == 0) return report->counters[i]->value;
+    return 0;
+}
+
+const Tenferro__ClientInfo *th_find_client(const Tenferro__Frame *status, uint64_t client_id) {
+    for (size_t i = 0; i < status->status_reply->n_clients; i++)
+        if (status->status_reply->clients[i]->client_id == client_id)
+            return status->status_reply->clients[i];
+    return NULL;
+}
+
 uint64_t th_counter(const th_daemon *d, const char *name) {
     Tenferro__Frame *r = th_status_report(d);
     if (!r) {
@@ -423,7 +712,7 @@ uint64_t th_counter(const th_daemon *d, const char *name) {
 int th_wait_counter(const th_daemon *d, const char *name, uint64_t value, int timeout_ms) {
     for (int waited = 0; waited <= timeout_ms; waited += 10) {
         if (th_counter(d, name) == value) return 1;
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     return 0;
 }
@@ -502,6 +791,107 @@ double th_max_rel_diff(tf_dtype dtype, size_t n, const void *a, const void *b, d
 }
 
 double th_tolerance(tf_dtype dtype) { return (dtype == TF_F32 || dtype == TF_C64) ? 1e-5 : 1e-12; }
+
+void *th_xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "harness: out of memory for %zu bytes\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+uint64_t th_splitmix(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int th_is_complex(tf_dtype dtype) { return dtype == TF_C64 || dtype == TF_C128; }
+
+tf_dtype th_real_of(tf_dtype dtype) {
+    return dtype == TF_C64 ? TF_F32 : dtype == TF_C128 ? TF_F64 : dtype;
+}
+
+tf_dtype th_complex_of(tf_dtype dtype) {
+    return dtype == TF_F32 ? TF_C64 : dtype == TF_F64 ? TF_C128 : dtype;
+}
+
+size_t th_numel(int rank, const int64_t *shape) {
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) n *= (size_t)shape[i];
+    return n;
+}
+
+void th_widen(tf_dtype dtype, size_t n, const void *buf, double complex *z) {
+    for (size_t i = 0; i < n; i++) {
+        switch (dtype) {
+        case TF_F32: z[i] = ((const float *)buf)[i]; break;
+        case TF_F64: z[i] = ((const double *)buf)[i]; break;
+        case TF_C64: z[i] = CMPLX(((const float *)buf)[2 * i], ((const float *)buf)[2 * i + 1]); break;
+        case TF_C128: z[i] = CMPLX(((const double *)buf)[2 * i], ((const double *)buf)[2 * i + 1]); break;
+        }
+    }
+}
+
+void th_narrow(tf_dtype dtype, size_t n, const double complex *z, void *buf) {
+    for (size_t i = 0; i < n; i++) {
+        switch (dtype) {
+        case TF_F32: ((float *)buf)[i] = (float)creal(z[i]); break;
+        case TF_F64: ((double *)buf)[i] = creal(z[i]); break;
+        case TF_C64:
+            ((float *)buf)[2 * i] = (float)creal(z[i]);
+            ((float *)buf)[2 * i + 1] = (float)cimag(z[i]);
+            break;
+        case TF_C128:
+            ((double *)buf)[2 * i] = creal(z[i]);
+            ((double *)buf)[2 * i + 1] = cimag(z[i]);
+            break;
+        }
+    }
+}
+
+void th_ref_matmul(int m, int k, int n, const double *a, const double *b, double *out) {
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int l = 0; l < k; l++) s += a[(size_t)i * k + l] * b[(size_t)l * n + j];
+            out[(size_t)i * n + j] = s;
+        }
+}
+
+tf_status th_upload_random(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape,
+                           void **host, tf_tensor *t) {
+    const size_t n = th_numel(rank, shape);
+    void *v = th_xmalloc(n * tf_dtype_size(dtype));
+    th_fill_random(dtype, n, v);
+    tf_status st = tf_upload(c, dtype, rank, shape, v, t);
+    if (st != TF_OK) {
+        free(v);
+        v = NULL;
+    }
+    *host = v;
+    return st;
+}
+
+tf_status th_queue_nothing(tf_view *v, void *arg) {
+    (void)v;
+    (void)arg;
+    return TF_OK;
+}
+
+int th_write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+int th_write_config(char *path, size_t len, const char *kind, const char *tag, const char *text) {
+    snprintf(path, len, "/tmp/tf-test-%s-%d-%s.conf", kind, (int)getpid(), tag);
+    return th_write_file(path, text);
+}
 
 /* ---- Result checks (the CK_RESULT macros in harness.h turn a problem into a failed test) ---- */
 

@@ -23,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -54,8 +53,8 @@ typedef struct peer {
  */
 static int peer_process(void *arg) {
     peer *p = arg;
-    CHILD_CHECK(setgroups(0, NULL) == 0 && setgid(p->gid) == 0 && setuid(p->uid) == 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* after the credential change, which clears it */
+    CHILD_CHECK(th_become(p->uid, p->gid));
+    th_die_with_parent(); /* after the credential change, which clears it */
     tf_client *c = NULL;
     CHILD_STATUS(c, tf_connect(p->d->socket, &c), p->want);
     if (p->want == TF_ERR_PERMISSION) {

@@ -16,13 +16,11 @@
  */
 #include <check.h>
 #include <errno.h>
-#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,14 +34,6 @@
 /* Elements of the f64 tensors the clients upload. */
 #define N 1024
 
-/* ---- daemons and tenferroctl ---- */
-
-/* Asserts a daemon counter reaches `value`. */
-static void expect_counter(const th_daemon *d, const char *name, uint64_t value) {
-    ck_assert_msg(th_wait_counter(d, name, value, WAIT_MS), "counter %s is %llu, expected %llu",
-                  name, (unsigned long long)th_counter(d, name), (unsigned long long)value);
-}
-
 /* ---- pipes between processes ---- */
 
 /* Writes one 64-bit value to a pipe (a child saying "ready", the test process saying "go"). */
@@ -53,15 +43,6 @@ static int put_u64(int fd, uint64_t v) { return write(fd, &v, sizeof v) == (ssiz
 static int get_u64(int fd, uint64_t *v) {
     struct pollfd p = {.fd = fd, .events = POLLIN};
     return poll(&p, 1, WAIT_MS) == 1 && read(fd, v, sizeof *v) == (ssize_t)sizeof *v;
-}
-
-/* A child must not outlive the test process (a failed test would leave it waiting). */
-static void child_init(void) { prctl(PR_SET_PDEATHSIG, SIGKILL); }
-
-/* Waits for a child and asserts it exited 0. */
-static void expect_child_ok(pid_t pid, const char *what) {
-    int rc = th_wait(pid);
-    ck_assert_msg(rc == 0, "%s (pid %d) exited with %d (see its messages above)", what, (int)pid, rc);
 }
 
 /* ---- data ---- */
@@ -127,8 +108,8 @@ typedef struct nobody_args {
 /* Drops to uid/gid 65534, then sends terminate, drain and trim over a raw connection. */
 static int nobody_main(void *arg) {
     const nobody_args *a = arg;
-    child_init();
-    CHILD_CHECK(setgroups(0, NULL) == 0 && setgid(NOBODY) == 0 && setuid(NOBODY) == 0);
+    th_die_with_parent();
+    CHILD_CHECK(th_become(NOBODY, NOBODY));
     int fd = th_raw_connect(a->d);
     CHILD_CHECK(fd >= 0);
     Tenferro__Frame *hello = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
@@ -172,7 +153,7 @@ START_TEST(test_non_admin_refused) {
     tf_tensor t;
     CK_STATUS(target, upload_ramp(target, 1.0, &t), TF_OK);
     nobody_args a = {&d, tf_client_id(target), _i == 0 ? TF_ERR_PERMISSION : TF_OK};
-    expect_child_ok(th_spawn(nobody_main, &a), "the unprivileged client");
+    CK_CHILD_OK(th_spawn(nobody_main, &a), "the unprivileged client");
     ck_assert_int_eq(th_counter(&d, "clients_terminated"), 0);
     ck_assert_msg(ramp_intact(target, t, 1.0), "the target lost its data: %s",
                   tf_client_last_error(target));
@@ -192,7 +173,7 @@ typedef struct holder_args {
 /* Holds a session with a tensor on the device until told to go on, then expects to be gone. */
 static int holder_main(void *arg) {
     const holder_args *a = arg;
-    child_init();
+    th_die_with_parent();
     tf_client *c = th_connect(a->d);
     tf_tensor t;
     tf_session *s = NULL;
@@ -214,7 +195,7 @@ static int holder_main(void *arg) {
 
 /* Opens a session (queued behind the holder under policy wait), uses it, closes it. */
 static int opener_main(void *arg) {
-    child_init();
+    th_die_with_parent();
     tf_client *c = th_connect(arg);
     tf_session *s = NULL;
     tf_status st = tf_session_open(c, &s);
@@ -250,18 +231,18 @@ START_TEST(test_terminate_holder) {
     ck_assert_uint_gt(th_counter(&d, "device_bytes_live"), baseline);
 
     pid_t opener = th_spawn(opener_main, &d);
-    expect_counter(&d, "admissions_queued", 1);
+    CK_COUNTER(&d, "admissions_queued", 1, WAIT_MS);
 
     char out[1024], id[32];
     snprintf(id, sizeof id, "%llu", (unsigned long long)holder_id);
     ck_assert_msg(th_run_ctl(&d, out, sizeof out, "terminate", id) == 0, "terminate: %s", out);
-    expect_child_ok(opener, "the queued opener");
+    CK_CHILD_OK(opener, "the queued opener");
     ck_assert(put_u64(go[1], 1));
-    expect_child_ok(holder, "the terminated holder");
+    CK_CHILD_OK(holder, "the terminated holder");
 
     ck_assert_int_eq(th_counter(&d, "clients_terminated"), 1);
     ck_assert_int_eq(th_counter(&d, "sessions_reclaimed"), 1);
-    expect_counter(&d, "device_bytes_live", baseline);
+    CK_COUNTER(&d, "device_bytes_live", baseline, WAIT_MS);
     tf_session *s = NULL;
     CK_STATUS(bystander, tf_session_open(bystander, &s), TF_OK);
     CK_STATUS(bystander, tf_session_close(s, NULL), TF_OK);
@@ -343,12 +324,6 @@ END_TEST
 
 /* ---- trim ---- */
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* trim answers TF_ERR_BUSY at once while a held session is open, and TF_OK after it closed. */
 START_TEST(test_trim_busy_while_held) {
     th_daemon d;
@@ -357,9 +332,9 @@ START_TEST(test_trim_busy_while_held) {
     tf_session *s = NULL;
     tf_client *c = connect_holder(&d, &t, &s);
     char out[1024], want[128];
-    double t0 = now_ms();
+    double t0 = th_now_ms();
     ck_assert_int_eq(th_run_ctl(&d, out, sizeof out, "trim", NULL), 1);
-    double waited = now_ms() - t0;
+    double waited = th_now_ms() - t0;
     snprintf(want, sizeof want, "tenferroctl: TF_ERR_BUSY: a held session of client %llu is open",
              (unsigned long long)tf_client_id(c));
     ck_assert_msg(strstr(out, want), "%s", out);

@@ -13,12 +13,6 @@
 
 #include "tests/integration/harness.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A daemon of `policy` with deadline `ms`, a client holding the domain, and a second client. */
 typedef struct contention {
     th_daemon d;
@@ -50,24 +44,18 @@ static void expect_names_holder(contention *k) {
     ck_assert_msg(strstr(msg, id) && strstr(msg, k->pid_text), "does not name the holder: %s", msg);
 }
 
-static tf_status nothing(tf_view *v, void *arg) {
-    (void)v;
-    (void)arg;
-    return TF_OK;
-}
-
 /* Asking not to wait under the wait policy: TF_ERR_CONTENDED at once, held and scoped. */
 START_TEST(test_reject_asked_under_wait) {
     contention k;
     start(&k, "wait", "30000");
     const tf_session_options reject = {TF_ADMISSION_REJECT, 0};
     tf_session *s = NULL;
-    double t0 = now_s();
+    double t0 = th_now_s();
     ck_assert_int_eq(tf_session_open_opts(k.other, &reject, &s), TF_ERR_CONTENDED);
     expect_names_holder(&k);
-    ck_assert_int_eq(tf_with_session_opts(k.other, &reject, nothing, NULL), TF_ERR_CONTENDED);
+    ck_assert_int_eq(tf_with_session_opts(k.other, &reject, th_queue_nothing, NULL), TF_ERR_CONTENDED);
     expect_names_holder(&k);
-    ck_assert_msg(now_s() - t0 < 10.0, "a call that asked not to wait waited %.1f s", now_s() - t0);
+    ck_assert_msg(th_now_s() - t0 < 10.0, "a call that asked not to wait waited %.1f s", th_now_s() - t0);
     ck_assert_ptr_null(s);
     finish(&k);
 }
@@ -79,13 +67,13 @@ START_TEST(test_shorter_wait) {
     start(&k, "wait", "30000");
     const tf_session_options brief = {TF_ADMISSION_WAIT, 200};
     tf_session *s = NULL;
-    double t0 = now_s();
+    double t0 = th_now_s();
     ck_assert_int_eq(tf_session_open_opts(k.other, &brief, &s), TF_ERR_TIMEOUT);
-    const double waited = now_s() - t0;
+    const double waited = th_now_s() - t0;
     ck_assert_msg(waited >= 0.19 && waited < 10.0, "waited %.3f s for a 200 ms deadline", waited);
     expect_names_holder(&k);
     ck_assert_ptr_nonnull(strstr(tf_client_last_error(k.other), "200 ms"));
-    ck_assert_int_eq(tf_with_session_opts(k.other, &brief, nothing, NULL), TF_ERR_TIMEOUT);
+    ck_assert_int_eq(tf_with_session_opts(k.other, &brief, th_queue_nothing, NULL), TF_ERR_TIMEOUT);
     expect_names_holder(&k);
     finish(&k);
 }
@@ -97,9 +85,9 @@ START_TEST(test_longer_wait_bounded) {
     start(&k, "wait", "300");
     const tf_session_options patient = {TF_ADMISSION_WAIT, 600000};
     tf_session *s = NULL;
-    double t0 = now_s();
+    double t0 = th_now_s();
     ck_assert_int_eq(tf_session_open_opts(k.other, &patient, &s), TF_ERR_TIMEOUT);
-    ck_assert_msg(now_s() - t0 < 20.0, "the daemon's 300 ms bound did not hold");
+    ck_assert_msg(th_now_s() - t0 < 20.0, "the daemon's 300 ms bound did not hold");
     ck_assert_ptr_nonnull(strstr(tf_client_last_error(k.other), "300 ms"));
     expect_names_holder(&k);
     finish(&k);
@@ -112,10 +100,10 @@ START_TEST(test_wait_asked_under_reject) {
     start(&k, "reject", "30000");
     const tf_session_options wait = {TF_ADMISSION_WAIT, 5000};
     tf_session *s = NULL;
-    double t0 = now_s();
+    double t0 = th_now_s();
     ck_assert_int_eq(tf_session_open_opts(k.other, &wait, &s), TF_ERR_CONTENDED);
-    ck_assert_int_eq(tf_with_session_opts(k.other, &wait, nothing, NULL), TF_ERR_CONTENDED);
-    ck_assert_msg(now_s() - t0 < 4.0, "waited under the reject policy");
+    ck_assert_int_eq(tf_with_session_opts(k.other, &wait, th_queue_nothing, NULL), TF_ERR_CONTENDED);
+    ck_assert_msg(th_now_s() - t0 < 4.0, "waited under the reject policy");
     expect_names_holder(&k);
     finish(&k);
 }
@@ -130,10 +118,10 @@ START_TEST(test_admitted_within_deadline_and_bad_options) {
     tf_session *s = NULL;
     CK_STATUS(c, tf_session_open_opts(c, &wait, &s), TF_OK);
     CK_STATUS(c, tf_session_close(s, NULL), TF_OK);
-    CK_STATUS(c, tf_with_session_opts(c, NULL, nothing, NULL), TF_OK);
+    CK_STATUS(c, tf_with_session_opts(c, NULL, th_queue_nothing, NULL), TF_OK);
     const tf_session_options bad = {(tf_admission_policy)7, 0};
     ck_assert_int_eq(tf_session_open_opts(c, &bad, &s), TF_ERR_INVALID_ARGUMENT);
-    ck_assert_int_eq(tf_with_session_opts(c, &bad, nothing, NULL), TF_ERR_INVALID_ARGUMENT);
+    ck_assert_int_eq(tf_with_session_opts(c, &bad, th_queue_nothing, NULL), TF_ERR_INVALID_ARGUMENT);
     tf_disconnect(c);
     CK_DAEMON_STOP(&d);
 }

@@ -211,11 +211,8 @@ static uint64_t g_seq = 100;
 
 /* Connects and completes the handshake; returns the fd. */
 static int raw_open(const th_daemon *d) {
-    int fd = th_raw_connect(d);
-    ck_assert_int_ge(fd, 0);
-    Tenferro__Frame *r = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
-    ck_assert_msg(r && r->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY, "handshake failed");
-    tf__frame_free(r);
+    int fd = th_raw_open(d, "raw-test", 1, NULL);
+    ck_assert_msg(fd >= 0, "handshake failed");
     return fd;
 }
 
@@ -290,18 +287,9 @@ static void expect_typed_close(int fd, Tenferro__Frame *r, const char *no_answer
 static Tenferro__Frame *raw_upload(int fd, uint64_t id, int create, tf_dtype dtype, int rank,
                                    const int64_t *shape, uint64_t offset, const void *data,
                                    size_t len) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
-    up.tensor = id;
-    up.create = create;
-    up.dtype = (uint32_t)dtype;
-    up.n_shape = (size_t)rank;
-    up.shape = (int64_t *)shape;
-    up.offset = offset;
-    up.data.data = (uint8_t *)data;
-    up.data.len = len;
-    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
-    f.upload = &up;
+    Tenferro__Frame f;
+    Tenferro__Upload up;
+    th_raw_build_upload(&f, &up, id, create, dtype, rank, shape, offset, data, len);
     return raw_call(fd, &f);
 }
 

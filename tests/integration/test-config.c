@@ -34,11 +34,7 @@
 
 /* Writes `text` to /tmp/tf-test-config-<pid>-<tag>.conf and puts that path in path. */
 static void write_config(char *path, size_t len, const char *tag, const char *text) {
-    snprintf(path, len, "/tmp/tf-test-config-%d-%s.conf", (int)getpid(), tag);
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f != NULL, "cannot write %s", path);
-    fputs(text, f);
-    ck_assert(fclose(f) == 0);
+    ck_assert_msg(th_write_config(path, len, "config", tag, text) == 0, "cannot write %s", path);
 }
 
 /* How many times `needle` occurs in the daemon's log. */

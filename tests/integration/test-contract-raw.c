@@ -51,35 +51,18 @@ static Tenferro__Frame *call(int fd, Tenferro__Frame *f) {
 
 /* A raw connection past its Hello. */
 static int raw_client(const th_daemon *d, const char *name) {
-    int fd = th_raw_connect(d);
-    ck_assert_int_ge(fd, 0);
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Hello h = TENFERRO__HELLO__INIT;
-    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
-    h.client_name = (char *)name;
-    f.body_case = TENFERRO__FRAME__BODY_HELLO;
-    f.hello = &h;
-    Tenferro__Frame *r = call(fd, &f);
-    ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_HELLO_REPLY);
-    tf__frame_free(r);
+    int fd = th_raw_open(d, name, ++g_seq, NULL);
+    ck_assert_msg(fd >= 0, "%s: no HelloReply", name);
     return fd;
 }
 
 /* Creates tensor id with the given metadata and contents. */
 static void upload(int fd, uint64_t id, const tf__meta *m, const void *data) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+    Tenferro__Frame f;
+    Tenferro__Upload up;
     int64_t shape[TF_MAX_RANK];
     memcpy(shape, m->shape, sizeof shape);
-    up.tensor = id;
-    up.create = 1;
-    up.dtype = (uint32_t)m->dtype;
-    up.n_shape = (size_t)m->rank;
-    up.shape = shape;
-    up.data.data = (uint8_t *)data;
-    up.data.len = tf__meta_bytes(m);
-    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
-    f.upload = &up;
+    th_raw_build_upload(&f, &up, id, 1, m->dtype, m->rank, shape, 0, data, tf__meta_bytes(m));
     CK_EXPECT_RESULT(call(fd, &f), TF_OK, NULL);
 }
 

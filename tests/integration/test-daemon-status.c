@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "tests/integration/harness.h"
@@ -18,7 +17,7 @@
 
 /* A child that opens a held session (it queues behind the holder), then closes it. */
 static int child_opener(void *arg) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    th_die_with_parent();
     const th_daemon *d = arg;
     tf_client *c = th_connect(d);
     if (!c) return 1;

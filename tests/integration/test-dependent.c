@@ -73,13 +73,6 @@
 
 /* ---- helpers ---- */
 
-/* malloc that fails the test instead of returning NULL. */
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* Starts a daemon with extra arguments ((char *)NULL for none) or fails the test. */
 #define START(d, ...) CK_DAEMON_START(d, __VA_ARGS__)
 
@@ -162,16 +155,6 @@ static void wait_back(tf_client *c, tf_pending *p, tf_tensor t, tf_pinned_buffer
     ck_assert_ptr_nonnull(tf_pinned_buffer_data(b));
 }
 
-/* out[m x n] = a[m x k] b[k x n], row-major. */
-static void ref_matmul(int m, int k, int n, const double *a, const double *b, double *out) {
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) {
-            double s = 0;
-            for (int l = 0; l < k; l++) s += a[(size_t)i * k + l] * b[(size_t)l * n + j];
-            out[(size_t)i * n + j] = s;
-        }
-}
-
 /* The forward DFT of n complex values with numpy's sign, every `stride`-th element of in. */
 static void ref_dft(int n, const double complex *in, size_t stride, double complex *out) {
     for (int k = 0; k < n; k++) {
@@ -215,15 +198,8 @@ static void expect_gauges(const th_daemon *d, const gauges *want) {
                   (unsigned long long)now.tensors, (unsigned long long)want->tensors);
 }
 
-/* A session callback that queues nothing. */
-static tf_status nothing(tf_view *v, void *arg) {
-    (void)v;
-    (void)arg;
-    return TF_OK;
-}
-
 /* Returns once everything the client queued on its stream has run (an empty burst's answer waits for it). */
-static void drain(tf_client *c) { OK(c, tf_with_session(c, nothing, NULL)); }
+static void drain(tf_client *c) { OK(c, tf_with_session(c, th_queue_nothing, NULL)); }
 
 /* Waits until counter `name` is at least `value`, failing the test after WAIT_MS. */
 static void wait_counter_at_least(const th_daemon *d, const char *name, uint64_t value) {
@@ -235,7 +211,7 @@ static void wait_counter_at_least(const th_daemon *d, const char *name, uint64_t
 
 /* Creates the client's staging buffer (a blocking download of 64 KiB or more) so baselines hold it. */
 static void warm_staging(tf_client *c, size_t bytes) {
-    double *x = xmalloc(bytes);
+    double *x = th_xmalloc(bytes);
     th_fill_random(TF_F64, bytes / sizeof *x, x);
     int64_t shape[1] = {(int64_t)(bytes / sizeof *x)};
     tf_tensor t = upload(c, TF_F64, 1, shape, x);
@@ -298,9 +274,9 @@ START_TEST(test_consumers_see_each_new_upload) {
         START(&d, "--busy-poll-us", "0", "--client-queued-ops", "1000000");
     tf_client *c = th_connect(&d);
     const int64_t big_shape[1] = {(int64_t)BIG}, a_shape[2] = {AM, AK}, b_shape[2] = {AK, AN};
-    double *x = xmalloc(BIG * sizeof *x), *y = xmalloc(BIG * sizeof *y);
-    double *a = xmalloc(AM * AK * sizeof *a), *b = xmalloc(AK * AN * sizeof *b);
-    double *want = xmalloc(BIG * sizeof *want), *want_prod = xmalloc(AM * AN * sizeof *want_prod);
+    double *x = th_xmalloc(BIG * sizeof *x), *y = th_xmalloc(BIG * sizeof *y);
+    double *a = th_xmalloc(AM * AK * sizeof *a), *b = th_xmalloc(AK * AN * sizeof *b);
+    double *want = th_xmalloc(BIG * sizeof *want), *want_prod = th_xmalloc(AM * AN * sizeof *want_prod);
     th_fill_random(TF_F64, BIG, y);
     th_fill_random(TF_F64, AK * AN, b);
     round_job j = {.c = c};
@@ -337,7 +313,7 @@ START_TEST(test_consumers_see_each_new_upload) {
         check_and_free(c, j.scaled, "alpha * big", round, BIG, want, 1e-15);
         for (size_t i = 0; i < BIG; i++) want[i] = x[i] + y[i];
         check_and_free(c, j.sum, "big + other", round, BIG, want, 1e-15);
-        ref_matmul(AM, AK, AN, a, b, want_prod);
+        th_ref_matmul(AM, AK, AN, a, b, want_prod);
         check_and_free(c, j.prod, "a b", round, AM * AN, want_prod, 1e-12);
         wait_back(c, big_up, j.big, big_buf);
         wait_back(c, j.a_up, j.a, j.a_buf);
@@ -479,9 +455,9 @@ START_TEST(test_every_kind_reads_pending_destinations) {
             want[3][i] = 1.5 * x[i] - 0.25 * x[i];
             want[13][i] = x[i];
         }
-        ref_matmul(XR, XC, WC, x, w, want[4]);
+        th_ref_matmul(XR, XC, WC, x, w, want[4]);
         memcpy(want[5], want[4], sizeof(double) * XR * WC);
-        ref_matmul(XR, WC, VC, want[4], v, want[6]);
+        th_ref_matmul(XR, WC, VC, want[4], v, want[6]);
         for (int col = 0; col < XC; col++) {
             double sum = 0;
             for (int r = 0; r < XR; r++) sum += x[r * XC + col];
@@ -547,7 +523,7 @@ static tf_status queue_scale(tf_view *v, void *arg) {
 
 /* Checks that t holds alpha * x (RN doubles) and frees it. */
 static void check_scaled(tf_client *c, tf_tensor t, double alpha, const double *x, const char *what) {
-    double *want = xmalloc(RN * sizeof *want);
+    double *want = th_xmalloc(RN * sizeof *want);
     for (size_t i = 0; i < RN; i++) want[i] = alpha * x[i];
     check_and_free(c, t, what, 0, RN, want, 1e-15);
     free(want);
@@ -564,7 +540,7 @@ START_TEST(test_refusals_change_nothing) {
     START(&d, (char *)NULL);
     tf_client *c = th_connect(&d);
     const int64_t shape[1] = {(int64_t)RN};
-    double *x = xmalloc(RN * sizeof *x), *y = xmalloc(RN * sizeof *y);
+    double *x = th_xmalloc(RN * sizeof *x), *y = th_xmalloc(RN * sizeof *y);
     tf_tensor t = zeros(c, TF_F64, 1, shape);
     tf_pinned_buffer *tb = new_buffer(c, RN * sizeof *x), *other = new_buffer(c, RN * sizeof *x);
     warm_staging(c, RN * sizeof *x);
@@ -692,8 +668,8 @@ START_TEST(test_release_with_queued_consumers) {
     START(&d, (char *)NULL);
     tf_client *c = th_connect(&d);
     const int64_t shape[1] = {(int64_t)LR * LR}, w_shape[2] = {LR, LW}, q_shape[1] = {4096};
-    double *x = xmalloc((size_t)LR * LR * sizeof *x), *w = xmalloc(LR * LW * sizeof *w);
-    double *want = xmalloc((size_t)LR * LR * sizeof *want), q[4096];
+    double *x = th_xmalloc((size_t)LR * LR * sizeof *x), *w = th_xmalloc(LR * LW * sizeof *w);
+    double *want = th_xmalloc((size_t)LR * LR * sizeof *want), q[4096];
     th_fill_random(TF_F64, LR * LW, w);
     release_job j = {.c = c, .d = &d, .release_inside = variant == 2};
     j.w = upload(c, TF_F64, 2, w_shape, w);
@@ -740,7 +716,7 @@ START_TEST(test_release_with_queued_consumers) {
         ck_assert_ptr_null(j.up);
         for (size_t i = 0; i < (size_t)LR * LR; i++) want[i] = j.alpha.re * x[i];
         check_and_free(c, j.scaled, "alpha t", round, (size_t)LR * LR, want, 1e-15);
-        ref_matmul(LR, LR, LW, x, w, want);
+        th_ref_matmul(LR, LR, LW, x, w, want);
         check_and_free(c, j.prod, "reshape(t) w", round, LR * LW, want, 1e-12);
         /* A sum is held to its magnitude's scale: the sum of |x|. */
         double total = 0, magnitude = 0;
@@ -868,7 +844,7 @@ START_TEST(test_upload_waits_for_submitted_readers) {
     const int n = gpu ? 2048 : 192, count = gpu ? 200 : 20;
     const size_t elems = (size_t)n * (size_t)n, bytes = elems * sizeof(double);
     const int64_t shape[2] = {n, n};
-    double *old_values = xmalloc(bytes), *new_values = xmalloc(bytes);
+    double *old_values = th_xmalloc(bytes), *new_values = th_xmalloc(bytes);
     tf_pinned_buffer *b = new_buffer(c, bytes);
     tf_tensor t = zeros(c, TF_F64, 2, shape);
     for (int round = 0; round < 3; round++) {
@@ -921,10 +897,10 @@ START_TEST(test_download_of_queued_work) {
     tf_client *c = th_connect(&d);
     const int64_t shape[2] = {MD, MD};
     const size_t n = (size_t)MD * MD;
-    double *m = xmalloc(n * sizeof *m), *ref = xmalloc(n * CHAIN * sizeof *ref);
+    double *m = th_xmalloc(n * sizeof *m), *ref = th_xmalloc(n * CHAIN * sizeof *ref);
     chain_job j = {.c = c, .buf = new_buffer(c, n * sizeof *m)};
-    j.last_pending = xmalloc(n * sizeof(double));
-    j.mid_blocking = xmalloc(n * sizeof(double));
+    j.last_pending = th_xmalloc(n * sizeof(double));
+    j.mid_blocking = th_xmalloc(n * sizeof(double));
     j.m = zeros(c, TF_F64, 2, shape);
     tf_pinned_buffer *mb = new_buffer(c, n * sizeof *m);
     for (int round = 0; round < 2; round++) {
@@ -955,8 +931,8 @@ START_TEST(test_download_of_queued_work) {
             memcpy(j.mid_blocking, mid, n * sizeof(double));
             free(mid);
         }
-        ref_matmul(MD, MD, MD, m, m, ref);
-        for (int k = 1; k < CHAIN; k++) ref_matmul(MD, MD, MD, ref + (k - 1) * n, m, ref + k * n);
+        th_ref_matmul(MD, MD, MD, m, m, ref);
+        for (int k = 1; k < CHAIN; k++) th_ref_matmul(MD, MD, MD, ref + (k - 1) * n, m, ref + k * n);
         expect_near("the pending download of the last product", round, n, j.last_pending,
                     ref + (CHAIN - 1) * n, 1e-10);
         expect_near("the blocking download of the middle product", round, n, j.mid_blocking,
@@ -990,13 +966,6 @@ END_TEST
 static const int64_t RAW_SHAPE[2] = {ROWS, COLS};
 static uint64_t g_seq = 100;
 
-/* A raw connection past its handshake, with its completion page mapped. */
-typedef struct raw_client {
-    int fd;
-    tf__completion_slot *page;
-    tf__mailbox *box;
-} raw_client;
-
 /* Sends a frame (its seq set here) and returns the reply and the descriptor that came with it. */
 static Tenferro__Frame *raw_call_fd(int fd, Tenferro__Frame *f, int *passed) {
     f->seq = ++g_seq;
@@ -1016,25 +985,10 @@ static Tenferro__Frame *raw_call(int fd, Tenferro__Frame *f) {
 }
 
 /* Connects, says Hello and maps the completion page that comes with the reply. */
-static raw_client raw_open(const th_daemon *d) {
-    raw_client rc = {.fd = th_raw_connect(d)};
-    ck_assert_int_ge(rc.fd, 0);
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Hello h = TENFERRO__HELLO__INIT;
-    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
-    h.client_name = "raw-dependent";
-    f.body_case = TENFERRO__FRAME__BODY_HELLO;
-    f.hello = &h;
-    int page_fd = -1;
-    Tenferro__Frame *r = raw_call_fd(rc.fd, &f, &page_fd);
-    ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_HELLO_REPLY);
-    tf__frame_free(r);
-    ck_assert_int_ge(page_fd, 0);
-    rc.page = mmap(NULL, TF__COMPLETION_MAP_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
-    ck_assert(rc.page != MAP_FAILED);
-    close(page_fd);
-    rc.box = (tf__mailbox *)((uint8_t *)rc.page + TF__MAILBOX_OFFSET);
-    ck_assert_int_eq(th_raw_send_mapped(rc.fd, ++g_seq, 0), 0);
+static th_raw_client raw_open(const th_daemon *d) {
+    th_raw_client rc;
+    ck_assert_msg(th_raw_client_open(d, "raw-dependent", &g_seq, &rc) == 0,
+                  "handshake failed (see the harness's words above)");
     return rc;
 }
 
@@ -1059,33 +1013,8 @@ static uint8_t *raw_buffer(int fd, uint64_t id) {
 /* Fills f/up with an Upload of tensor id: created (f64, RAW_SHAPE) when `create`, writing data. */
 static void build_upload(Tenferro__Frame *f, Tenferro__Upload *up, uint64_t id, int create,
                          const void *data, size_t len) {
-    tenferro__frame__init(f);
-    tenferro__upload__init(up);
-    up->tensor = id;
-    if (create) {
-        up->create = 1;
-        up->dtype = TF_F64;
-        up->n_shape = 2;
-        up->shape = (int64_t *)RAW_SHAPE;
-    }
-    up->data.data = (uint8_t *)data;
-    up->data.len = len;
-    f->body_case = TENFERRO__FRAME__BODY_UPLOAD;
-    f->upload = up;
-}
-
-/* Fills f/t with a Transfer of the whole tensor from offset 0. */
-static void build_transfer(Tenferro__Frame *f, Tenferro__Transfer *t, uint32_t direction,
-                           uint64_t buffer, uint64_t tensor, uint32_t slot) {
-    tenferro__frame__init(f);
-    tenferro__transfer__init(t);
-    t->direction = direction;
-    t->buffer = buffer;
-    t->tensor = tensor;
-    t->slot = slot;
-    t->bytes = TENSOR_BYTES;
-    f->body_case = TENFERRO__FRAME__BODY_TRANSFER;
-    f->transfer = t;
+    th_raw_build_upload(f, up, id, create, create ? TF_F64 : (tf_dtype)0, create ? 2 : 0,
+                        create ? RAW_SHAPE : NULL, 0, data, len);
 }
 
 /* A Submit of one operation with its own storage. */
@@ -1118,21 +1047,12 @@ static void build_op(Tenferro__Frame *f, raw_op *r, int final, tf__op_kind kind,
 }
 
 /* Frames sent with one write, so the daemon handles them all before a completion can run. */
-typedef struct pipeline {
-    uint8_t bytes[16 * 1024];
-    size_t len;
-} pipeline;
+typedef th_frames pipeline;
 
 /* Appends a frame to the pipeline; returns the seq its reply will carry. */
 static uint64_t pipe_add(pipeline *p, Tenferro__Frame *f) {
     f->seq = ++g_seq;
-    uint8_t *buf;
-    size_t len;
-    ck_assert_int_eq(tf__frame_encode(f, UINT32_MAX, &buf, &len), TF_OK);
-    ck_assert_uint_le(p->len + len, sizeof p->bytes);
-    memcpy(p->bytes + p->len, buf, len);
-    p->len += len;
-    free(buf);
+    ck_assert_int_eq(th_frames_add(p, f), 0);
     return f->seq;
 }
 
@@ -1163,20 +1083,11 @@ static void expect_refused_op(int fd, uint64_t seq, const char *needle) {
     tf__frame_free(r);
 }
 
-/* Marks a slot pending, as the client does before it names it in a Transfer. */
-static void slot_arm(raw_client *rc, uint32_t slot) {
-    __atomic_store_n(&rc->page[slot].status, 0xffffffffu, __ATOMIC_RELAXED);
-    __atomic_store_n(&rc->page[slot].state, (uint32_t)TF__SLOT_PENDING, __ATOMIC_RELEASE);
-}
-
 /* Waits for the daemon to mark the slot DONE; returns its status. */
-static tf_status slot_wait(raw_client *rc, uint32_t slot) {
+static tf_status slot_wait(th_raw_client *rc, uint32_t slot) {
     for (int i = 0; i < RAW_TIMEOUT_MS; i++) {
-        if (__atomic_load_n(&rc->page[slot].state, __ATOMIC_ACQUIRE) == TF__SLOT_DONE) {
-            tf_status st = (tf_status)__atomic_load_n(&rc->page[slot].status, __ATOMIC_RELAXED);
-            __atomic_store_n(&rc->page[slot].state, (uint32_t)TF__SLOT_IDLE, __ATOMIC_RELAXED);
-            return st;
-        }
+        if (__atomic_load_n(&rc->page[slot].state, __ATOMIC_ACQUIRE) == TF__SLOT_DONE)
+            return th_slot_take(rc->page, slot);
         usleep(1000);
     }
     ck_abort_msg("slot %u never completed", slot);
@@ -1218,7 +1129,7 @@ static void expect_raw_tensor(int fd, uint64_t id, const double *want, double sc
 START_TEST(test_daemon_orders_and_refuses) {
     th_daemon d;
     START(&d, "--busy-poll-us", "1000000", "--workers", "2");
-    raw_client c = raw_open(&d);
+    th_raw_client c = raw_open(&d);
     static double other[ELEMS], junk[8];
     th_fill_random(TF_F64, ELEMS, other);
     th_fill_random(TF_F64, 8, junk);
@@ -1241,8 +1152,8 @@ START_TEST(test_daemon_orders_and_refuses) {
     Tenferro__Download dl;
     Tenferro__Free fr = TENFERRO__FREE__INIT;
     uint64_t ten = 10;
-    slot_arm(&c, 1);
-    build_transfer(&f[0], &t[0], UP, 1, 10, 1);
+    th_slot_arm(c.page, 1);
+    th_raw_build_transfer(&f[0], &t[0], UP, 1, 10, 1, 0, TENSOR_BYTES);
     const uint64_t s_transfer = pipe_add(&p, &f[0]);
     build_op(&f[1], &ops[0], 0, TF__OP_ADD, 2, 10, 11, 50);
     const uint64_t s_add = pipe_add(&p, &f[1]);
@@ -1254,7 +1165,7 @@ START_TEST(test_daemon_orders_and_refuses) {
     const uint64_t s_write = pipe_add(&p, &f[4]);
     th_raw_build_download(&f[5], &dl, 10, 0, TENSOR_BYTES);
     const uint64_t s_download = pipe_add(&p, &f[5]);
-    build_transfer(&f[6], &t[1], DOWN, 2, 10, 2);
+    th_raw_build_transfer(&f[6], &t[1], DOWN, 2, 10, 2, 0, TENSOR_BYTES);
     const uint64_t s_again = pipe_add(&p, &f[6]);
     tenferro__frame__init(&f[7]);
     fr.n_tensors = 1;
@@ -1291,8 +1202,8 @@ START_TEST(test_daemon_orders_and_refuses) {
 
     /* A download in flight: its source is read by operations too, and refused the rest. */
     p.len = 0;
-    slot_arm(&c, 2);
-    build_transfer(&f[0], &t[2], DOWN, 2, 10, 2);
+    th_slot_arm(c.page, 2);
+    th_raw_build_transfer(&f[0], &t[2], DOWN, 2, 10, 2, 0, TENSOR_BYTES);
     const uint64_t s_down = pipe_add(&p, &f[0]);
     build_op(&f[1], &ops[4], 0, TF__OP_NEG, 1, 10, 0, 53);
     const uint64_t s_read = pipe_add(&p, &f[1]);
@@ -1316,7 +1227,7 @@ START_TEST(test_daemon_orders_and_refuses) {
         usleep(100);
     ck_assert_msg(__atomic_load_n(&c.box->daemon_polling, __ATOMIC_SEQ_CST),
                   "the daemon does not poll the mailbox");
-    slot_arm(&c, 3);
+    th_slot_arm(c.page, 3);
     tf__mailbox *m = c.box;
     m->direction = UP;
     m->buffer = 1;
@@ -1346,8 +1257,7 @@ START_TEST(test_daemon_orders_and_refuses) {
 
     munmap(map1, TENSOR_BYTES);
     munmap(map2, TENSOR_BYTES);
-    munmap(c.page, TF__COMPLETION_MAP_BYTES);
-    close(c.fd);
+    th_raw_client_close(&c);
     CK_DAEMON_STOP(&d);
 }
 END_TEST

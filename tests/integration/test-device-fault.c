@@ -54,14 +54,6 @@
 /* How long a test waits for a line in the daemon's log. */
 #define LOG_WAIT_MS 30000
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void sleep_ms(int ms) { nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL); }
-
 /* ---- session callbacks ---- */
 
 typedef struct fault_args {
@@ -103,12 +95,10 @@ static tf_status chain_fn(tf_view *v, void *arg) {
 
 /* Uploads n random f64 values as a vector (or a square matrix when dim > 0); keeps them in *host. */
 static tf_tensor upload_random(tf_client *c, size_t n, int64_t dim, double **host) {
-    double *data = malloc(n * sizeof *data);
-    ck_assert_ptr_nonnull(data);
-    th_fill_random(TF_F64, n, data);
     tf_tensor t;
     int64_t shape[2] = {dim > 0 ? dim : (int64_t)n, dim};
-    CK_STATUS(c, tf_upload(c, TF_F64, dim > 0 ? 2 : 1, shape, data, &t), TF_OK);
+    void *data;
+    CK_STATUS(c, th_upload_random(c, TF_F64, dim > 0 ? 2 : 1, shape, &data, &t), TF_OK);
     *host = data;
     return t;
 }
@@ -150,11 +140,7 @@ static void check_product_entries(const double *got, const double *m, int64_t di
 
 /* Writes `text` to /tmp/tf-test-fault-<pid>-<tag>.conf and puts that path in path. */
 static void write_config(char *path, size_t len, const char *tag, const char *text) {
-    snprintf(path, len, "/tmp/tf-test-fault-%d-%s.conf", (int)getpid(), tag);
-    FILE *f = fopen(path, "w");
-    ck_assert_msg(f != NULL, "cannot write %s", path);
-    fputs(text, f);
-    ck_assert(fclose(f) == 0);
+    ck_assert_msg(th_write_config(path, len, "fault", tag, text) == 0, "cannot write %s", path);
 }
 
 /* 1 when the daemon's log contains `needle`. */
@@ -169,7 +155,7 @@ static int log_has(const th_daemon *d, const char *needle) {
 static void wait_log(const th_daemon *d, const char *needle) {
     for (int waited = 0; waited < LOG_WAIT_MS; waited += 10) {
         if (log_has(d, needle)) return;
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     ck_abort_msg("the daemon's log (%s) never said \"%s\"", d->log_path, needle);
 }
@@ -182,7 +168,7 @@ static double expect_exit_1(th_daemon *d, double fault_ms) {
     char log[sizeof d->log_path];
     memcpy(log, d->log_path, sizeof log);
     int rc = th_daemon_wait(d, WATCHDOG_MS + EXIT_MARGIN_MS);
-    double took = now_ms() - fault_ms;
+    double took = th_now_ms() - fault_ms;
     ck_assert_msg(rc != -1, "tenferrod still runs %.0f ms after the fault (log %s)", took, log);
     ck_assert_msg(rc == 1, "tenferrod exited with status %d after the fault, expected 1 (log %s)", rc, log);
     ck_assert_msg(took <= WATCHDOG_MS + EXIT_MARGIN_MS, "tenferrod took %.0f ms to exit", took);
@@ -365,7 +351,7 @@ START_TEST(test_fault_end_to_end) {
     CK_STATUS(holder, tf_session_open(holder, &hs), TF_OK);
     fault_args f = {x, 0};
     CK_STATUS(holder, tf_session_with(hs, inject_fn, &f), TF_OK);
-    double fault_ms = now_ms();
+    double fault_ms = th_now_ms();
     tf_status st = tf_session_submit(hs);
     ck_assert_msg(st == TF_OK || st == TF_ERR_DEVICE, "the injecting submit returned %s: %s",
                   tf_status_name(st), tf_client_last_error(holder));
@@ -456,7 +442,7 @@ START_TEST(test_config_key_enables) {
     double *hx;
     tf_tensor x = upload_random(c, 64, 0, &hx);
     fault_args f = {x, 0};
-    double fault_ms = now_ms();
+    double fault_ms = th_now_ms();
     tf_status st = tf_with_session(c, inject_fn, &f);
     ck_assert_msg(st == TF_ERR_DEVICE, "a scoped session injecting the fault returned %s: %s",
                   tf_status_name(st), tf_client_last_error(c));

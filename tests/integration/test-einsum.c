@@ -121,51 +121,24 @@ static void finish(void) {
 
 /* ---- host data ---- */
 
-static int is_complex(tf_dtype dt) { return dt == TF_C64 || dt == TF_C128; }
-
-static size_t numel(int rank, const int64_t *shape) {
-    size_t n = 1;
-    for (int i = 0; i < rank; i++) n *= (size_t)shape[i];
-    return n;
-}
 
 /* Widens n elements of dt to double complex. */
 static double complex *widen(tf_dtype dt, size_t n, const void *buf) {
     double complex *z = scratch(n * sizeof *z);
-    for (size_t i = 0; i < n; i++) {
-        switch (dt) {
-        case TF_F32: z[i] = ((const float *)buf)[i]; break;
-        case TF_F64: z[i] = ((const double *)buf)[i]; break;
-        case TF_C64: z[i] = CMPLX(((const float *)buf)[2 * i], ((const float *)buf)[2 * i + 1]); break;
-        case TF_C128: z[i] = CMPLX(((const double *)buf)[2 * i], ((const double *)buf)[2 * i + 1]); break;
-        }
-    }
+    th_widen(dt, n, buf, z);
     return z;
 }
 
 /* Rounds n double complex values to dt's layout. */
 static void *narrow(tf_dtype dt, size_t n, const double complex *z) {
     void *buf = scratch(n * tf_dtype_size(dt));
-    for (size_t i = 0; i < n; i++) {
-        switch (dt) {
-        case TF_F32: ((float *)buf)[i] = (float)creal(z[i]); break;
-        case TF_F64: ((double *)buf)[i] = creal(z[i]); break;
-        case TF_C64:
-            ((float *)buf)[2 * i] = (float)creal(z[i]);
-            ((float *)buf)[2 * i + 1] = (float)cimag(z[i]);
-            break;
-        case TF_C128:
-            ((double *)buf)[2 * i] = creal(z[i]);
-            ((double *)buf)[2 * i + 1] = cimag(z[i]);
-            break;
-        }
-    }
+    th_narrow(dt, n, z, buf);
     return buf;
 }
 
 /* Uploads fresh random values; *values gets them widened. */
 static tf_tensor upload_fresh(tf_dtype dt, int rank, const int64_t *shape, double complex **values) {
-    size_t n = numel(rank, shape);
+    size_t n = th_numel(rank, shape);
     void *buf = scratch(n * tf_dtype_size(dt));
     th_fill_random(dt, n, buf);
     tf_tensor t = 0;
@@ -187,7 +160,7 @@ static void *fetch(tf_tensor t, tf_dtype dt, int rank, const int64_t *shape) {
     size_t bytes = 0;
     EXPECT_OK(tf_download(F.c, t, &data, &bytes));
     keep_host(data);
-    ck_assert_uint_eq(bytes, numel(rank, shape) * tf_dtype_size(dt));
+    ck_assert_uint_eq(bytes, th_numel(rank, shape) * tf_dtype_size(dt));
     return data;
 }
 
@@ -223,7 +196,7 @@ static double terms_per_element(const expr *x) {
     double space = 1;
     for (int l = 0; l < N_REF_LABELS; l++)
         if (x->size[l]) space *= (double)x->size[l];
-    return space / (double)numel(x->out_rank, x->out_shape);
+    return space / (double)th_numel(x->out_rank, x->out_shape);
 }
 
 /*
@@ -240,14 +213,14 @@ static double complex *reference(const expr *x, double complex *const *in) {
         for (int a = x->rank[i] - 1, s = 1; a >= 0; s *= (int)x->shape[i][a], a--)
             stride[i][a] = x->shape[i][a] == 1 ? 0 : s;
     for (int a = x->out_rank - 1, s = 1; a >= 0; s *= (int)x->out_shape[a], a--) ostride[a] = s;
-    double complex *out = scratch(numel(x->out_rank, x->out_shape) * sizeof *out);
+    double complex *out = scratch(th_numel(x->out_rank, x->out_shape) * sizeof *out);
     int64_t idx[N_REF_LABELS] = {0};
     for (;;) {
         double complex term = 1;
         for (int i = 0; i < x->n; i++) {
             int64_t off = 0;
             for (int a = 0; a < x->rank[i]; a++) off += idx[x->label[i][a]] * stride[i][a];
-            term *= (x->conj >> i) & 1 && is_complex(x->dt) ? conj(in[i][off]) : in[i][off];
+            term *= (x->conj >> i) & 1 && th_is_complex(x->dt) ? conj(in[i][off]) : in[i][off];
         }
         int64_t off = 0;
         for (int a = 0; a < x->out_rank; a++) off += idx[x->out_label[a]] * ostride[a];
@@ -321,7 +294,7 @@ static void check_expr(const expr *x, int held, const char *what) {
     for (int i = 0; i < x->n; i++) job.in[i] = upload_fresh(x->dt, x->rank[i], x->shape[i], &values[i]);
     const void *got = run_fetch(held, &job, x->out_rank, x->out_shape);
     const double complex *want = reference(x, values);
-    size_t n = numel(x->out_rank, x->out_shape);
+    size_t n = th_numel(x->out_rank, x->out_shape);
     double tol = th_tolerance(x->dt) * (x->n + 2) * sqrt(terms_per_element(x));
     double diff = th_max_rel_diff(x->dt, n, got, narrow(x->dt, n, want), 1.0);
     ck_assert_msg(diff <= tol,

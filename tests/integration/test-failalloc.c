@@ -69,17 +69,6 @@ enum {
     W_DISCONNECTED = 11 /* stopped at TF_ERR_DISCONNECTED */
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* ---- the workload (a child process) ---- */
 
 /* The workload's state: its client, its inputs and what it expects back. */
@@ -561,7 +550,7 @@ static int wait_child(pid_t pid, int timeout_ms) {
         int status;
         pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        sleep_ms(5);
+        th_sleep_ms(5);
     }
     kill(pid, SIGKILL);
     th_wait(pid);
@@ -682,11 +671,11 @@ static void run_once(uint64_t n, run_result *out) {
      * freed its connection, and the checks below must not be counted.
      */
     int disarmed = 0;
-    for (double until = now_s() + 5; !disarmed && now_s() < until;) {
+    for (double until = th_now_s() + 5; !disarmed && th_now_s() < until;) {
         char *text = th_daemon_log(&d);
         disarmed = strstr(text, "disarmed: ") != NULL;
         free(text);
-        if (!disarmed) sleep_ms(2);
+        if (!disarmed) th_sleep_ms(2);
     }
 
     /* The other client's bytes are intact. */
@@ -702,11 +691,11 @@ static void run_once(uint64_t n, run_result *out) {
     /* Back to the baseline once both clients have gone. */
     char why[256] = "no status report";
     int settled = 0;
-    for (double until = now_s() + 5; !settled && now_s() < until;) {
+    for (double until = th_now_s() + 5; !settled && th_now_s() < until;) {
         Tenferro__Frame *r = th_status_report(&d);
         settled = r && !off_baseline(r->status_reply, why, sizeof why);
         tf__frame_free(r);
-        if (!settled) sleep_ms(10);
+        if (!settled) th_sleep_ms(10);
     }
     if (!p[0] && !settled) snprintf(p, len, "the status did not come back to baseline: %s", why);
 
@@ -760,7 +749,7 @@ START_TEST(test_allocation_failure_walk) {
     ck_assert_msg(access(daemon, X_OK) == 0, "no failure-injection daemon at %s", daemon);
     setenv("TENFERRO_DAEMON", daemon, 1);
     run_result r;
-    double t0 = now_s();
+    double t0 = th_now_s();
     run_once(0, &r);
     ck_assert_msg(!r.problem[0], "dry run (nothing fails): %s", r.problem);
     ck_assert_msg(r.workload == W_COMPLETED, "dry run: the workload ended with %d", r.workload);
@@ -781,11 +770,11 @@ START_TEST(test_allocation_failure_walk) {
     const uint64_t only = env_ulong("TENFERRO_FAILALLOC_ONLY", 0);
     const int keep_going = env_ulong("TENFERRO_FAILALLOC_KEEP_GOING", 0) != 0;
     uint64_t problems = 0;
-    const double walk_start = now_s();
+    const double walk_start = th_now_s();
     for (uint64_t n = only ? only : 1; n <= (only ? only : k);) {
-        double started = now_s();
+        double started = th_now_s();
         run_once(n, &r);
-        double took = now_s() - started;
+        double took = th_now_s() - started;
         /* TENFERRO_FAILALLOC_KEEP_GOING=1 lists every failing N instead of stopping at the first. */
         if (r.problem[0] && keep_going) {
             fprintf(stderr, "failalloc: allocation #%llu failing: %s\n", (unsigned long long)n,
@@ -805,8 +794,8 @@ START_TEST(test_allocation_failure_walk) {
         no_memory += r.workload == W_NO_MEMORY;
         disconnected += r.workload == W_DISCONNECTED;
         if (n == dense && !fixed_stride && k > dense) {
-            double pace = (now_s() - walk_start) / (double)walked;
-            double left = budget - (now_s() - t0);
+            double pace = (th_now_s() - walk_start) / (double)walked;
+            double left = budget - (th_now_s() - t0);
             double affordable = left > 0 ? left / pace : 0;
             stride = affordable >= (double)(k - dense)
                          ? 1
@@ -823,7 +812,7 @@ START_TEST(test_allocation_failure_walk) {
             "TF_ERR_NO_MEMORY %llu times and at TF_ERR_DISCONNECTED %llu times\n",
             (unsigned long long)k, (unsigned long long)walked,
             stride == 1 ? "every N" : "every N up to 200, then a stride",
-            now_s() - t0, (unsigned long long)fired, (unsigned long long)completed,
+            th_now_s() - t0, (unsigned long long)fired, (unsigned long long)completed,
             (unsigned long long)no_memory, (unsigned long long)disconnected);
     if (stride > 1) fprintf(stderr, "failalloc: stride %llu beyond N = 200\n", (unsigned long long)stride);
     ck_assert_msg(problems == 0, "%llu values of N failed a check (listed above)",

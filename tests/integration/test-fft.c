@@ -58,11 +58,7 @@ typedef struct shape {
     int64_t dim[TF_MAX_RANK];
 } shape;
 
-static int64_t numel_of(const shape *s) {
-    int64_t n = 1;
-    for (int a = 0; a < s->rank; a++) n *= s->dim[a];
-    return n;
-}
+static int64_t numel_of(const shape *s) { return (int64_t)th_numel(s->rank, s->dim); }
 
 /* Row-major index of a multi-index. */
 static int64_t flat(const shape *s, const int64_t *idx) {
@@ -208,8 +204,6 @@ static double normwise_error(const lcplx *got, const lcplx *want, int64_t n) {
     return (double)(worst / (scale > 0 ? scale : 1));
 }
 
-static tf_dtype complex_of(tf_dtype d) { return d == TF_F32 ? TF_C64 : d == TF_F64 ? TF_C128 : d; }
-static tf_dtype real_of(tf_dtype d) { return d == TF_C64 ? TF_F32 : d == TF_C128 ? TF_F64 : d; }
 
 /* ---- running cases through the daemon ---- */
 
@@ -280,8 +274,8 @@ static void run_cases(tf_client *c, tf_dtype dt, const shape *s, const void *dat
         size_t bytes = 0;
         CK_STATUS(c, tf_download(c, b.out[i], &got, &bytes), TF_OK);
         const int64_t on = numel_of(&os);
-        const tf_dtype odt = cases[i].kind == TF__FFT_R2C ? complex_of(dt)
-                             : cases[i].kind == TF__FFT_C2R ? real_of(dt)
+        const tf_dtype odt = cases[i].kind == TF__FFT_R2C ? th_complex_of(dt)
+                             : cases[i].kind == TF__FFT_C2R ? th_real_of(dt)
                                                             : dt;
         char what[256];
         describe(&cases[i], dt, s, what, sizeof what);
@@ -562,7 +556,7 @@ START_TEST(test_large_round_trip) {
             ef = energy(rt->dtype, fwd, n) / (long double)n;
         } else {
             /* The halved (last listed) axis is the last axis here: weigh the bins with a twin twice. */
-            const tf_dtype cd = complex_of(rt->dtype);
+            const tf_dtype cd = th_complex_of(rt->dtype);
             const int64_t len = rt->s.dim[rt->s.rank - 1], m = len / 2 + 1, rows = n / len;
             ef = 0;
             for (int64_t row = 0; row < rows; row++) {
@@ -912,19 +906,10 @@ static Tenferro__Frame *raw_call(int fd, Tenferro__Frame *f) {
 
 /* Creates tensor id with data over the raw connection. */
 static void raw_create(int fd, uint64_t id, tf_dtype dt, int rank, const int64_t *dims, const void *data) {
-    shape s = {rank, {0}};
-    for (int a = 0; a < rank; a++) s.dim[a] = dims[a];
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
-    up.tensor = id;
-    up.create = 1;
-    up.dtype = (uint32_t)dt;
-    up.n_shape = (size_t)rank;
-    up.shape = (int64_t *)dims;
-    up.data.data = (uint8_t *)data;
-    up.data.len = (size_t)numel_of(&s) * tf_dtype_size(dt);
-    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
-    f.upload = &up;
+    Tenferro__Frame f;
+    Tenferro__Upload up;
+    th_raw_build_upload(&f, &up, id, 1, dt, rank, dims, 0, data,
+                        th_numel(rank, dims) * tf_dtype_size(dt));
     CK_EXPECT_RESULT(raw_call(fd, &f), TF_OK, NULL);
 }
 

@@ -67,7 +67,6 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <linux/falloc.h>
 #include <poll.h>
 #include <signal.h>
@@ -77,7 +76,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -242,35 +240,13 @@ static void write_config(const char *path) {
 
 /* ---- time, randomness ---- */
 
-static uint64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static double now_ms_f(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+/* The monotonic clock in whole milliseconds. */
+static uint64_t now_ms(void) { return (uint64_t)th_now_ms(); }
 
 /* Milliseconds from now until `until` (0 when past), as a poll timeout. */
 static int ms_until(uint64_t until) {
     uint64_t now = now_ms();
     return now >= until ? 0 : (int)(until - now);
-}
-
-/* splitmix64: each attacker's own stream of random numbers. */
-static uint64_t splitmix(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 /* ---- what the processes share ---- */
@@ -357,7 +333,7 @@ static void reference(const double *a, const double *b, const double *c, double 
  */
 static int bystander_main(void *arg) {
     const th_daemon *d = arg;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    th_die_with_parent();
     static double a[MM * KK], b[KK * NN], c[MM * NN], want[MM * NN];
     double *big = malloc(BIG_ELEMS * sizeof *big);
     void *back = NULL;
@@ -373,13 +349,13 @@ static int bystander_main(void *arg) {
         th_fill_random(TF_F64, MM * KK, a);
         th_fill_random(TF_F64, KK * NN, b);
         th_fill_random(TF_F64, MM * NN, c);
-        for (size_t i = 0; i < BIG_ELEMS; i++) big[i] = (double)(splitmix(&rng) >> 11);
+        for (size_t i = 0; i < BIG_ELEMS; i++) big[i] = (double)(th_splitmix(&rng) >> 11);
 
         const int64_t sa[2] = {MM, KK}, sb[2] = {KK, NN}, sc[2] = {MM, NN}, sbig[1] = {BIG_ELEMS};
         chain ch = {0};
         tf_session *s = NULL;
         tf_tensor tbig = 0;
-        double t0 = now_ms_f();
+        double t0 = th_now_ms();
         if ((st = tf_upload(cl, TF_F64, 2, sa, a, &ch.a)) != TF_OK)
             BYSTANDER_FAIL(cl, "upload a", st);
         if ((st = tf_upload(cl, TF_F64, 2, sb, b, &ch.b)) != TF_OK)
@@ -393,7 +369,7 @@ static int bystander_main(void *arg) {
         if ((st = tf_session_close(s, NULL)) != TF_OK) BYSTANDER_FAIL(cl, "tf_session_close", st);
         if ((st = tf_download_into(cl, ch.sum, &back, &cap)) != TF_OK)
             BYSTANDER_FAIL(cl, "download", st);
-        double t1 = now_ms_f();
+        double t1 = th_now_ms();
         reference(a, b, c, want);
         double diff = th_max_rel_diff(TF_F64, MM * NN, back, want, 1.0);
         if (!(diff <= th_tolerance(TF_F64))) {
@@ -401,12 +377,12 @@ static int bystander_main(void *arg) {
                     diff);
             return 1;
         }
-        double t2 = now_ms_f();
+        double t2 = th_now_ms();
         if ((st = tf_upload(cl, TF_F64, 1, sbig, big, &tbig)) != TF_OK)
             BYSTANDER_FAIL(cl, "upload 8 MiB", st);
         if ((st = tf_download_into(cl, tbig, &back, &cap)) != TF_OK)
             BYSTANDER_FAIL(cl, "download 8 MiB", st);
-        double t3 = now_ms_f();
+        double t3 = th_now_ms();
         if (memcmp(back, big, BIG_ELEMS * sizeof *big) != 0) {
             fprintf(stderr, "[bystander] iteration %u: the 8 MiB round trip came back changed\n",
                     iter);
@@ -451,7 +427,7 @@ typedef struct attacker {
     int failed;
 } attacker;
 
-static uint64_t rnd(attacker *a) { return splitmix(&a->rng); }
+static uint64_t rnd(attacker *a) { return th_splitmix(&a->rng); }
 /* Uniform in [0, n). */
 static int below(attacker *a, int n) { return n <= 1 ? 0 : (int)(rnd(a) % (uint64_t)n); }
 
@@ -695,7 +671,7 @@ static int peer_gone(int fd, int ms) {
         struct pollfd p = {.fd = fd, .events = POLLRDHUP};
         int n = poll(&p, 1, ms_until(until));
         if (n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return 1;
-        if (n > 0) sleep_ms(20); /* readable replies, which this client does not read */
+        if (n > 0) th_sleep_ms(20); /* readable replies, which this client does not read */
         if (now_ms() >= until) return 0;
     }
 }
@@ -914,10 +890,7 @@ static int buffer_free(attacker *a, raw *r, uint64_t id) {
 static int transfer(attacker *a, raw *r, uint32_t direction, uint64_t buffer, uint64_t tensor,
                     uint32_t slot, uint64_t bytes) {
     tf__completion_slot *slots = (tf__completion_slot *)r->page;
-    if (slots) {
-        __atomic_store_n(&slots[slot].status, 0xffffffffu, __ATOMIC_RELAXED);
-        __atomic_store_n(&slots[slot].state, (uint32_t)TF__SLOT_PENDING, __ATOMIC_RELEASE);
-    }
+    if (slots) th_slot_arm(slots, slot);
     Tenferro__Frame f = TENFERRO__FRAME__INIT;
     Tenferro__Transfer t = TENFERRO__TRANSFER__INIT;
     t.direction = direction;
@@ -946,8 +919,7 @@ static int slot_wait(attacker *a, raw *r, uint32_t slot) {
         }
         usleep(200);
     }
-    uint32_t st = __atomic_load_n(&slots[slot].status, __ATOMIC_RELAXED);
-    __atomic_store_n(&slots[slot].state, (uint32_t)TF__SLOT_IDLE, __ATOMIC_RELAXED);
+    uint32_t st = (uint32_t)th_slot_take(slots, slot);
     return check_status(a, st, "(a completion slot carries no reason)", 1, "completion slot") < 0
                ? FAILED
                : (int)st;
@@ -1032,14 +1004,14 @@ static void move_hello_idle(attacker *a) {
         f.body_case = TENFERRO__FRAME__BODY_HELLO;
         f.hello = &h;
         (void)th_raw_send(fd, &f);
-        sleep_ms(below(a, 300));
+        th_sleep_ms(below(a, 300));
         close(fd);
         return;
     }
     raw r;
     if (say_hello(a, &r) != ANSWERED) return;
     if (below(a, 2) && map_page(a, &r) != 0) goto out;
-    sleep_ms(300 + below(a, 1700));
+    th_sleep_ms(300 + below(a, 1700));
     (void)probe(a, &r, "after an idle Hello");
 out:
     raw_close(&r);
@@ -1114,7 +1086,7 @@ static void move_buffers(attacker *a) {
                "max_buffers_per_client is %s)",
                made, applied("limits", "max_buffers_per_client")->value);
     if (st == TF_ERR_QUOTA) count(&g_cp->reached[a->move]);
-    sleep_ms(below(a, 500));
+    th_sleep_ms(below(a, 500));
 out:
     raw_close(&r);
     maps_release(&m);
@@ -1248,7 +1220,7 @@ static void move_tensors(attacker *a) {
         f.free = &fr;
         if (send_frame(a, r.fd, &f, "Free") != SENT) goto out;
     }
-    sleep_ms(below(a, 800));
+    th_sleep_ms(below(a, 800));
 out:
     free(data);
     raw_close(&r);
@@ -1390,7 +1362,7 @@ static int client_reply_bytes(attacker *a, uint64_t id, uint64_t *bytes) {
 static void expect_reader_bounded(attacker *a, raw *r, const char *what) {
     const uint64_t limit = setting_value("limits", "client_reply_bytes", 0);
     const uint64_t stall = setting_value("limits", "reply_stall_ms", 0);
-    sleep_ms(300);
+    th_sleep_ms(300);
     uint64_t queued = 0;
     int listed = client_reply_bytes(a, r->client_id, &queued);
     if (listed == 1 && limit && queued > limit + ((uint64_t)2 << 20))
@@ -1441,7 +1413,7 @@ static void move_downloads(attacker *a) {
         if (send_frame(a, r.fd, &f, "Download") != SENT) goto out;
     }
     if (below(a, 3) == 0) {
-        sleep_ms(below(a, 300));
+        th_sleep_ms(below(a, 300));
         goto out;
     }
     expect_reader_bounded(a, &r, "a client that never read its Downloads");
@@ -1485,7 +1457,7 @@ static void move_status(attacker *a) {
         if (k > 0) {
             sent += (size_t)k;
         } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            sleep_ms(5);
+            th_sleep_ms(5);
         } else {
             break; /* closed already: judged below */
         }
@@ -1494,7 +1466,7 @@ static void move_status(attacker *a) {
     if (sent == len)
         expect_reader_bounded(a, &r, "a client that never read its Status replies");
     else
-        sleep_ms(500);
+        th_sleep_ms(500);
     raw_close(&r);
 }
 
@@ -1528,7 +1500,7 @@ static int partial_crowd(attacker *a, uint64_t max) {
         sent[i] = th_raw_send_bytes(rs[i].fd, junk, 4 + part) == 0;
         free(junk);
     }
-    sleep_ms(200 + below(a, 1300));
+    th_sleep_ms(200 + below(a, 1300));
     for (int i = 0; i < opened; i++) {
         struct pollfd p = {.fd = rs[i].fd, .events = POLLIN};
         if (poll(&p, 1, 0) == 1) {
@@ -1688,7 +1660,7 @@ static void move_junk(attacker *a) {
         int rc = doorbell(a, &r);
         if (rc == CLOSED) count(&g_cp->reached[a->move]); /* ended over a malformed ring */
         if (rc != SENT) goto out;
-        sleep_ms(below(a, 20));
+        th_sleep_ms(below(a, 20));
     }
     if (probe(a, &r, "after junk in the mailbox and the ring") != FAILED)
         count(&g_cp->reached[a->move]);
@@ -1738,7 +1710,7 @@ static void move_prepare(attacker *a) {
                "40 prepared graphs for one client, and no limit refused ([limits] max_prepared %s)",
                applied("limits", "max_prepared")->value);
     if (st == TF_ERR_QUOTA) count(&g_cp->reached[a->move]);
-    sleep_ms(below(a, 500));
+    th_sleep_ms(below(a, 500));
 out:
     raw_close(&r);
 }
@@ -1816,11 +1788,11 @@ static void on_self_kill(int sig) {
  */
 static int attacker_main(void *arg) {
     attacker *a = arg;
-    if (g_other_uids && (setgroups(0, NULL) != 0 || setgid(a->uid) != 0 || setuid(a->uid) != 0)) {
+    if (g_other_uids && !th_become(a->uid, a->uid)) {
         fprintf(stderr, "[attacker] cannot become uid %u: %s\n", (unsigned)a->uid, strerror(errno));
         return 2;
     }
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* after the credential change, which clears it */
+    th_die_with_parent(); /* after the credential change, which clears it */
     g_slot = a->slot;
     if (below(a, 3) == 0) {
         signal(SIGALRM, on_self_kill);
@@ -1838,25 +1810,12 @@ static int attacker_main(void *arg) {
         a->move = allowed[below(a, n_allowed)];
         count(&g_cp->moves[a->move]);
         MOVE_FNS[a->move](a);
-        sleep_ms(10 + below(a, 60));
+        th_sleep_ms(10 + below(a, 60));
     }
     return a->failed ? 1 : 0;
 }
 
 /* ---- the test process ---- */
-
-/* The daemon's VmRSS in KiB, or -1. */
-static long rss_kib(pid_t pid) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    if (!f) return -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
-    fclose(f);
-    return kib;
-}
 
 /*
  * Prints the daemon's five mappings with the most resident memory (from
@@ -1894,13 +1853,6 @@ static void print_resident_mappings(pid_t pid) {
         printf("#   resident: %.1f MiB in %s\n", top[i].kib / 1024.0, top[i].name);
 }
 
-/* 1 while the daemon runs (it is only looked at, never reaped, so th_daemon_stop still can). */
-static int daemon_alive(const th_daemon *d) {
-    siginfo_t info = {0};
-    if (waitid(P_PID, (id_t)d->pid, &info, WEXITED | WNOHANG | WNOWAIT) != 0) return 0;
-    return info.si_pid != d->pid;
-}
-
 /* The gauges the campaign must leave as it found them. */
 #define GAUGES(X)                                                                                  \
     X(clients) X(pinned_buffers_live) X(pinned_bytes_live) X(device_bytes_live)                    \
@@ -1919,13 +1871,6 @@ typedef struct gauges {
     uint64_t v[N_GAUGES];
 } gauges;
 
-/* A counter of a status report, 0 when absent. */
-static uint64_t report_counter(const Tenferro__StatusReply *s, const char *name) {
-    for (size_t i = 0; i < s->n_counters; i++)
-        if (strcmp(s->counters[i]->name, name) == 0) return s->counters[i]->value;
-    return 0;
-}
-
 /*
  * Reads every gauge from one status report: the daemon's _live counters,
  * tensors and sessions as created less freed, the reservation, and the sums
@@ -1939,15 +1884,15 @@ static int read_gauges(const th_daemon *d, gauges *g, int detail) {
     const Tenferro__StatusReply *s = f->status_reply;
     memset(g, 0, sizeof *g);
     g->v[G_clients] = s->n_clients;
-    g->v[G_pinned_buffers_live] = report_counter(s, "pinned_buffers_live");
-    g->v[G_pinned_bytes_live] = report_counter(s, "pinned_bytes_live");
-    g->v[G_device_bytes_live] = report_counter(s, "device_bytes_live");
-    g->v[G_device_allocations_live] = report_counter(s, "device_allocations_live");
+    g->v[G_pinned_buffers_live] = th_report_counter(s, "pinned_buffers_live");
+    g->v[G_pinned_bytes_live] = th_report_counter(s, "pinned_bytes_live");
+    g->v[G_device_bytes_live] = th_report_counter(s, "device_bytes_live");
+    g->v[G_device_allocations_live] = th_report_counter(s, "device_allocations_live");
     g->v[G_tensors_live] =
-        report_counter(s, "tensors_created") - report_counter(s, "tensors_freed");
+        th_report_counter(s, "tensors_created") - th_report_counter(s, "tensors_freed");
     g->v[G_sessions_live] =
-        report_counter(s, "sessions_opened") - report_counter(s, "sessions_closed") -
-        report_counter(s, "sessions_released") - report_counter(s, "sessions_reclaimed");
+        th_report_counter(s, "sessions_opened") - th_report_counter(s, "sessions_closed") -
+        th_report_counter(s, "sessions_released") - th_report_counter(s, "sessions_reclaimed");
     for (size_t i = 0; i < s->n_reservations; i++) {
         g->v[G_reservation_holders] += s->reservations[i]->holder_client_id != 0;
         g->v[G_admission_queued] += s->reservations[i]->n_queued_client_ids;
@@ -2230,11 +2175,11 @@ static void run_attack(const th_daemon *d, long rss_start, attack_outcome *o) {
                     running++;
                 }
             }
-        if (!(o->alive = daemon_alive(d))) {
+        if (!(o->alive = th_daemon_running(d))) {
             each_live(procs, kill_live);
             break;
         }
-        long rss = rss_kib(d->pid);
+        long rss = th_proc_status_value(d->pid, "VmRSS");
         if (rss > o->rss_peak) o->rss_peak = rss;
         if (g_other_uids && now_ms() >= next_check) {
             o->broken_bounds += check_bounds(d, o->why, sizeof o->why);
@@ -2249,7 +2194,7 @@ static void run_attack(const th_daemon *d, long rss_start, attack_outcome *o) {
             each_live(procs, kill_live);
             break;
         }
-        sleep_ms(20);
+        th_sleep_ms(20);
     }
     o->ms = now_ms() - start;
 }
@@ -2265,7 +2210,7 @@ static long wait_gauges(const th_daemon *d, const gauges *base, char *diff, size
     do {
         ck_assert_int_eq(read_gauges(d, &now, 0), 0);
         if (gauge_diff(base, &now, diff, n) == 0) return (long)(now_ms() - start);
-        sleep_ms(50);
+        th_sleep_ms(50);
     } while (now_ms() - start <= RECOVERY_MS);
     printf("# campaign: gauges not back after %d ms: %s; the clients still listed:\n", RECOVERY_MS,
            diff);
@@ -2303,7 +2248,7 @@ static void print_attack(const th_daemon *d, const attack_outcome *o) {
     printf("#   daemon:");
     for (size_t i = 0; i < sizeof shown / sizeof *shown; i++)
         printf(" %s %llu", shown[i],
-               (unsigned long long)report_counter(rep->status_reply, shown[i]));
+               (unsigned long long)th_report_counter(rep->status_reply, shown[i]));
     printf("\n");
     tf__frame_free(rep);
 }
@@ -2340,7 +2285,7 @@ START_TEST(test_hostile_campaign) {
     CK_DAEMON_START(&d, "--config", conf, "--log-level", "info");
     gauges base;
     ck_assert_int_eq(read_gauges(&d, &base, 0), 0);
-    const long rss_before = rss_kib(d.pid);
+    const long rss_before = th_proc_status_value(d.pid, "VmRSS");
     ck_assert_int_gt(rss_before, 0);
 
     /* The bystander alone first: the quiet figures. */
@@ -2356,9 +2301,9 @@ START_TEST(test_hostile_campaign) {
                       "the bystander made %u iterations on a quiet "
                       "daemon in %d s",
                       g_cp->quiet.n, QUIET_MS / 1000 + 30);
-        sleep_ms(20);
+        th_sleep_ms(20);
     }
-    const long rss_quiet = rss_kib(d.pid);
+    const long rss_quiet = th_proc_status_value(d.pid, "VmRSS");
 
     __atomic_store_n(&g_cp->phase, PHASE_ATTACK, __ATOMIC_RELEASE);
     static attack_outcome o;
@@ -2380,9 +2325,9 @@ START_TEST(test_hostile_campaign) {
     char diff[2048];
     const long recovered_ms = wait_gauges(&d, &base, diff, sizeof diff);
     /* The daemon gives freed heap back a moment after clients leave (heap-trim.c): RSS settles. */
-    const long rss_recovered = rss_kib(d.pid);
-    sleep_ms(RSS_SETTLE_MS);
-    const long rss_after = rss_kib(d.pid);
+    const long rss_recovered = th_proc_status_value(d.pid, "VmRSS");
+    th_sleep_ms(RSS_SETTLE_MS);
+    const long rss_after = th_proc_status_value(d.pid, "VmRSS");
     const int rss_high = !SANITIZED && rss_after > rss_before + (long)RSS_MARGIN_MIB * 1024;
 
     print_attack(&d, &o);

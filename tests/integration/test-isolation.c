@@ -8,13 +8,11 @@
  */
 #include <check.h>
 #include <errno.h>
-#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,19 +39,8 @@ static Tenferro__Frame *call(int fd, Tenferro__Frame *f) {
 /* Builds an Upload of `len` bytes at `offset` into tensor id (creating it, ELEMS f64, when create). */
 static void build_upload(Tenferro__Frame *f, Tenferro__Upload *up, uint64_t id, int create,
                          size_t offset, const void *data, size_t len) {
-    static int64_t shape[1] = {ELEMS};
-    tenferro__frame__init(f);
-    tenferro__upload__init(up);
-    up->tensor = id;
-    up->create = create;
-    up->dtype = TF_F64;
-    up->n_shape = create ? 1 : 0;
-    up->shape = shape;
-    up->offset = offset;
-    up->data.data = (uint8_t *)data;
-    up->data.len = len;
-    f->body_case = TENFERRO__FRAME__BODY_UPLOAD;
-    f->upload = up;
+    static const int64_t shape[1] = {ELEMS};
+    th_raw_build_upload(f, up, id, create, TF_F64, create ? 1 : 0, shape, offset, data, len);
 }
 
 /* Sends an Upload and expects it accepted. */
@@ -75,26 +62,6 @@ static void download(int fd, uint64_t id, void *dst, size_t len) {
     ck_assert_uint_eq(r->download_reply->data.len, len);
     memcpy(dst, r->download_reply->data.data, len);
     tf__frame_free(r);
-}
-
-/* A raw connection past its Hello under `name` (NULL: a plain name); -1 on failure. */
-static int raw_client(const th_daemon *d, const char *name) {
-    int fd = th_raw_connect(d);
-    if (fd < 0) return -1;
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Hello h = TENFERRO__HELLO__INIT;
-    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
-    h.client_name = (char *)(name ? name : "test-isolation");
-    f.body_case = TENFERRO__FRAME__BODY_HELLO;
-    f.hello = &h;
-    Tenferro__Frame *r = call(fd, &f);
-    int ok = r && r->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY;
-    tf__frame_free(r);
-    if (!ok) {
-        close(fd);
-        return -1;
-    }
-    return fd;
 }
 
 /* Operations of one Submit: negations, each reading `input` (or the previous output when chained). */
@@ -140,20 +107,6 @@ static void build_submit(Tenferro__Frame *f, Tenferro__Submit *sub, const op_lis
     f->submit = sub;
 }
 
-/* Drops to uid/gid (nobody by default) in a child, before it connects. */
-static int become(uid_t uid, gid_t gid) {
-    return setgroups(0, NULL) == 0 && setgid(gid) == 0 && setuid(uid) == 0;
-}
-
-static void sleep_ms(int ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL); }
-
-/* The status report's entry for client_id (NULL when not listed); frees nothing. */
-static const Tenferro__ClientInfo *find_client(const Tenferro__Frame *status, uint64_t client_id) {
-    for (size_t i = 0; i < status->status_reply->n_clients; i++)
-        if (status->status_reply->clients[i]->client_id == client_id) return status->status_reply->clients[i];
-    return NULL;
-}
-
 /* ---- 1. bytes of another client ---- */
 
 /* Fills n doubles with a recognizable secret: never zero. */
@@ -182,7 +135,7 @@ START_TEST(test_unwritten_bytes_read_zero) {
     static double secret[ELEMS], back[ELEMS];
     int leaked = 0;
     for (int round = 0; round < ROUNDS; round++) {
-        int victim = raw_client(&d, "victim");
+        int victim = th_raw_open(&d, "victim", ++g_seq, NULL);
         ck_assert_int_ge(victim, 0);
         fill_secret(secret, ELEMS, 1000.0 * (round + 1));
         for (uint64_t id = 1; id <= TENSORS; id++) upload(victim, id, 1, 0, secret, BYTES);
@@ -191,7 +144,7 @@ START_TEST(test_unwritten_bytes_read_zero) {
         close(victim); /* its tensors go back to the daemon's memory */
         ck_assert(th_wait_counter(&d, "tensors_freed", th_counter(&d, "tensors_created"), RAW_MS));
 
-        int attacker = raw_client(&d, "attacker");
+        int attacker = th_raw_open(&d, "attacker", ++g_seq, NULL);
         ck_assert_int_ge(attacker, 0);
         for (uint64_t id = 1; id <= TENSORS; id++) {
             upload(attacker, id, 1, 0, NULL, 0);
@@ -241,7 +194,7 @@ END_TEST
 START_TEST(test_name_injection) {
     th_daemon d;
     CK_DAEMON_START(&d, "--log-level", "debug");
-    int fd = raw_client(&d, EVIL_NAME);
+    int fd = th_raw_open(&d, EVIL_NAME, ++g_seq, NULL);
     ck_assert_int_ge(fd, 0);
     static double x[ELEMS], back[ELEMS];
     fill_secret(x, ELEMS, 3.0);
@@ -284,14 +237,14 @@ typedef struct idle_plan {
 
 static int hold_idle(void *arg) {
     idle_plan *p = arg;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    CHILD_CHECK(become(p->uid, p->uid));
+    th_die_with_parent();
+    CHILD_CHECK(th_become(p->uid, p->uid));
     int fds[512], open_after = 0;
     for (int i = 0; i < p->n; i++) fds[i] = th_raw_connect(p->d);
-    sleep_ms(200);
+    th_sleep_ms(200);
     for (int i = 0; i < p->n; i++) open_after += fds[i] >= 0 && !th_raw_closed(fds[i], 0);
     CHILD_CHECK(write(p->pipe_w, &open_after, sizeof open_after) == sizeof open_after);
-    sleep_ms(p->hold_ms);
+    th_sleep_ms(p->hold_ms);
     return 0;
 }
 
@@ -367,9 +320,9 @@ START_TEST(test_clients_per_uid) {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        th_die_with_parent();
         int ok = 0;
-        if (become(NOBODY, NOBODY)) {
+        if (th_become(NOBODY, NOBODY)) {
             tf_client *c[4] = {0};
             tf_status st[4];
             for (int i = 0; i < 4; i++) st[i] = tf_connect(d.socket, &c[i]);
@@ -378,7 +331,7 @@ START_TEST(test_clients_per_uid) {
                  strstr(tf_client_last_error(c[3]), "max_clients_per_uid") != NULL;
             if (!ok) fprintf(stderr, "4th: %s: %s\n", tf_status_name(st[3]), tf_client_last_error(c[3]));
             if (write(pw[1], &ok, sizeof ok) != sizeof ok) _exit(2);
-            sleep_ms(500);
+            th_sleep_ms(500);
             for (int i = 0; i < 4; i++) tf_disconnect(c[i]);
         }
         _exit(ok ? 0 : 1);
@@ -426,16 +379,17 @@ START_TEST(test_receive_buffers_bounded_per_uid) {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        th_die_with_parent();
         int result = 1;
-        if (become(NOBODY, NOBODY)) {
-            int a = raw_client(&d, "holder-a"), b = raw_client(&d, "holder-b");
+        if (th_become(NOBODY, NOBODY)) {
+            int a = th_raw_open(&d, "holder-a", ++g_seq, NULL);
+            int b = th_raw_open(&d, "holder-b", ++g_seq, NULL);
             /* 3 MiB of a 3 MiB + 1 frame: a 4 MiB buffer each, 8 MiB for the uid. */
             int ok = a >= 0 && b >= 0 && start_frame(a, (3u << 20) + 1, 3u << 20) == 0 &&
                      start_frame(b, (3u << 20) + 1, 3u << 20) == 0;
             if (!ok) fprintf(stderr, "the two holders could not start their frames\n");
-            sleep_ms(300);
-            int c = raw_client(&d, "over");
+            th_sleep_ms(300);
+            int c = th_raw_open(&d, "over", ++g_seq, NULL);
             /* Refused as soon as its header is read: the whole frame would not fit. */
             ok = ok && c >= 0 && start_frame(c, (3u << 20) + 1, 0) == 0;
             if (!ok) fprintf(stderr, "the third connection could not start its frame\n");
@@ -447,11 +401,11 @@ START_TEST(test_receive_buffers_bounded_per_uid) {
             if (word && !ok) fprintf(stderr, "last word: %s\n", word->result ? word->result->message : "?");
             tf__frame_free(word);
             /* The two buffered connections are untouched: a fresh request is still served. */
-            int e = ok ? raw_client(&d, "fresh") : -1;
+            int e = ok ? th_raw_open(&d, "fresh", ++g_seq, NULL) : -1;
             ok = ok && e >= 0;
             if (e >= 0) close(e);
             if (write(pw[1], &ok, sizeof ok) != sizeof ok) _exit(2);
-            sleep_ms(800); /* the test process reads the status meanwhile */
+            th_sleep_ms(800); /* the test process reads the status meanwhile */
             result = !ok;
         }
         _exit(result);
@@ -474,7 +428,7 @@ START_TEST(test_receive_buffers_bounded_per_uid) {
                   (unsigned long long)buffered);
     ck_assert_uint_ge(th_counter(&d, "quota_refusals"), 1);
     ck_assert_int_eq(th_wait(pid), 0);
-    for (int i = 0; i < 200 && th_client_count(&d) != 0; i++) sleep_ms(10);
+    for (int i = 0; i < 200 && th_client_count(&d) != 0; i++) th_sleep_ms(10);
     ck_assert_int_eq(th_client_count(&d), 0);
     CK_DAEMON_STOP(&d);
 }
@@ -484,7 +438,7 @@ END_TEST
 START_TEST(test_receive_buffer_shrinks) {
     th_daemon d;
     CK_DAEMON_START(&d, "--log-level", "info");
-    int fd = raw_client(&d, "big-once");
+    int fd = th_raw_open(&d, "big-once", ++g_seq, NULL);
     ck_assert_int_ge(fd, 0);
     static double big[1 << 18]; /* 2 MiB */
     fill_secret(big, 1 << 18, 1.0);
@@ -500,7 +454,7 @@ START_TEST(test_receive_buffer_shrinks) {
     for (size_t i = 0; i < status->status_reply->n_clients; i++)
         if (strcmp(status->status_reply->clients[i]->name, "big-once") == 0)
             id = status->status_reply->clients[i]->client_id;
-    const Tenferro__ClientInfo *ci = find_client(status, id);
+    const Tenferro__ClientInfo *ci = th_find_client(status, id);
     ck_assert_ptr_nonnull(ci);
     ck_assert_msg(ci->receive_buffer_bytes <= (256u << 10), "%llu bytes kept after the frame",
                   (unsigned long long)ci->receive_buffer_bytes);
@@ -520,7 +474,7 @@ END_TEST
 START_TEST(test_half_close_answered) {
     th_daemon d;
     CK_DAEMON_START(&d, "--log-level", "info");
-    int fd = raw_client(&d, "half-close");
+    int fd = th_raw_open(&d, "half-close", ++g_seq, NULL);
     ck_assert_int_ge(fd, 0);
     static double x[ELEMS], back[ELEMS];
     fill_secret(x, ELEMS, 0.5);
@@ -592,7 +546,7 @@ static long recv_raw_length(int fd, int timeout_ms) {
 START_TEST(test_replies_within_frame_limit) {
     th_daemon d;
     CK_DAEMON_START(&d, "--max-frame-bytes", "65536");
-    int fd = raw_client(&d, "limits");
+    int fd = th_raw_open(&d, "limits", ++g_seq, NULL);
     ck_assert_int_ge(fd, 0);
     /* A 128 KiB tensor, written in two chunks of the documented size. */
     size_t chunk = 65536 - 4096, total = 2 * chunk;
@@ -704,7 +658,7 @@ static void upload_small(int fd, uint64_t id) {
 START_TEST(test_submit_op_limit) {
     th_daemon d;
     CK_DAEMON_START(&d, "--log-level", "info");
-    int fd = raw_client(&d, "too-many-ops");
+    int fd = th_raw_open(&d, "too-many-ops", ++g_seq, NULL);
     ck_assert_int_ge(fd, 0);
     upload_small(fd, 1);
     enum { OPS = TF__MAX_OPS_PER_SUBMIT + 1 };
@@ -742,7 +696,7 @@ START_TEST(test_batches_yield_the_loop) {
     /* Four full batches of new tensors: more than the default live_tensors quota allows. */
     CK_DAEMON_START(&d, "--loop-slice-us", "500", "--client-live-tensors", "0", "--uid-live-tensors",
                     "0", "--client-queued-ops", "0", "--uid-queued-ops", "0");
-    int flood = raw_client(&d, "flooder");
+    int flood = th_raw_open(&d, "flooder", ++g_seq, NULL);
     ck_assert_int_ge(flood, 0);
     upload_small(flood, 1);
     enum { OPS = TF__MAX_OPS_PER_SUBMIT, BATCHES = 4 };
@@ -751,7 +705,7 @@ START_TEST(test_batches_yield_the_loop) {
     Tenferro__Frame sf;
     Tenferro__Submit sub;
     build_submit(&sf, &sub, &batch, TENFERRO__SUBMIT_MODE__SUBMIT_SCOPED);
-    int light = raw_client(&d, "light");
+    int light = th_raw_open(&d, "light", ++g_seq, NULL);
     ck_assert_int_ge(light, 0);
     int answered_during = 0, asked = 0;
     for (int b = 0; b < BATCHES; b++) {

@@ -25,16 +25,13 @@
  *     root out of the offering daemon (take-limits).
  */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -47,19 +44,11 @@
 #define NOBODY 65534
 #define RAW_MS 20000
 
-static void sleep_ms(int ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL); }
-
 /* Uploads n fresh random elements of dtype as a vector; *host keeps them (caller frees). */
 static tf_tensor upload_random(tf_client *c, tf_dtype dtype, int rank, const int64_t *shape,
                                void **host) {
-    size_t n = 1;
-    for (int i = 0; i < rank; i++) n *= (size_t)shape[i];
-    void *v = malloc(n * tf_dtype_size(dtype));
-    ck_assert_ptr_nonnull(v);
-    th_fill_random(dtype, n, v);
     tf_tensor t;
-    CK_STATUS(c, tf_upload(c, dtype, rank, shape, v, &t), TF_OK);
-    *host = v;
+    CK_STATUS(c, th_upload_random(c, dtype, rank, shape, host, &t), TF_OK);
     return t;
 }
 
@@ -194,11 +183,6 @@ START_TEST(test_copy_after_producer) {
 }
 END_TEST
 
-/* Drops to uid/gid in a child, after its first connection. */
-static int become(uid_t uid, gid_t gid) {
-    return setgroups(0, NULL) == 0 && setgid(gid) == 0 && setuid(uid) == 0;
-}
-
 /*
  * In a child: connects to A as root, then becomes nobody and connects to B,
  * and copies a fresh tensor from A to B; exits 0 when the copy's status is
@@ -206,7 +190,7 @@ static int become(uid_t uid, gid_t gid) {
  */
 static int cross_uid_copy(const th_daemon *a, const th_daemon *b, tf_status want) {
     tf_client *ca = NULL, *cb = NULL;
-    if (tf_connect(a->socket, &ca) != TF_OK || !become(NOBODY, NOBODY)) return 2;
+    if (tf_connect(a->socket, &ca) != TF_OK || !th_become(NOBODY, NOBODY)) return 2;
     if (tf_connect(b->socket, &cb) != TF_OK) {
         fprintf(stderr, "nobody cannot connect: %s\n", tf_client_last_error(cb));
         return 3;
@@ -253,25 +237,13 @@ static int allowed_child(void *arg) {
     return cross_uid_copy(&d[0], &d[1], TF_OK);
 }
 
-/* Says Hello as a peer daemon on a raw connection; returns the answer (caller frees) or NULL. */
-static Tenferro__Frame *raw_peer_hello(int fd) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Hello hello = TENFERRO__HELLO__INIT;
-    hello.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
-    hello.peer_daemon = 1;
-    f.seq = 1;
-    f.body_case = TENFERRO__FRAME__BODY_HELLO;
-    f.hello = &hello;
-    return th_raw_send(fd, &f) == 0 ? th_raw_recv(fd, RAW_MS) : NULL;
-}
-
 /* A process of another uid saying Hello as a peer daemon is refused and closed. */
 static int fake_peer_child(void *arg) {
     const th_daemon *a = arg;
-    if (!become(NOBODY, NOBODY)) return 2;
+    if (!th_become(NOBODY, NOBODY)) return 2;
     int fd = th_raw_connect(a);
     CHILD_CHECK(fd >= 0);
-    Tenferro__Frame *reply = raw_peer_hello(fd);
+    Tenferro__Frame *reply = th_raw_peer_hello(fd, RAW_MS);
     char why[512];
     int bad = th_reply_problem(reply, TF_ERR_PERMISSION, "peer daemon", why, sizeof why);
     if (bad) fprintf(stderr, "%s\n", why);
@@ -309,11 +281,8 @@ END_TEST
 
 /* A raw connection past its Hello. */
 static int raw_client(const th_daemon *d) {
-    int fd = th_raw_connect(d);
+    int fd = th_raw_open(d, "raw-test", 1, NULL);
     ck_assert_int_ge(fd, 0);
-    Tenferro__Frame *hello = th_raw_hello(fd, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
-    ck_assert_ptr_nonnull(hello);
-    tf__frame_free(hello);
     return fd;
 }
 
@@ -329,15 +298,9 @@ static Tenferro__Frame *raw_call(int fd, Tenferro__Frame *f, uint64_t seq) {
 
 /* Creates tensor id (f64, n elements, zeros) on a raw connection. */
 static void raw_create(int fd, uint64_t seq, uint64_t id, int64_t n) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
-    up.tensor = id;
-    up.create = 1;
-    up.dtype = TF_F64;
-    up.n_shape = 1;
-    up.shape = &n;
-    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
-    f.upload = &up;
+    Tenferro__Frame f;
+    Tenferro__Upload up;
+    th_raw_build_upload(&f, &up, id, 1, TF_F64, 1, &n, 0, NULL, 0);
     CK_EXPECT_RESULT(raw_call(fd, &f, seq), TF_OK, NULL);
 }
 
@@ -393,12 +356,12 @@ static int impostor_child(void *arg) {
     snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path);
     /* Bound as root (the runtime directory is root's), listening as nobody: the uid it shows. */
     CHILD_CHECK(s >= 0 && bind(s, (struct sockaddr *)&addr, sizeof addr) == 0);
-    if (!become(NOBODY, NOBODY)) return 2;
+    if (!th_become(NOBODY, NOBODY)) return 2;
     CHILD_CHECK(listen(s, 4) == 0);
     for (;;) {
         int c = accept(s, NULL, NULL);
         if (c < 0) return 0;
-        sleep_ms(100);
+        th_sleep_ms(100);
         close(c);
     }
 }
@@ -468,7 +431,7 @@ START_TEST(test_copy_hostile) {
     /* A peer daemon's connection fetches offers and does nothing else. */
     int fp = th_raw_connect(&a);
     ck_assert_int_ge(fp, 0);
-    reply = raw_peer_hello(fp);
+    reply = th_raw_peer_hello(fp, RAW_MS);
     ck_assert_ptr_nonnull(reply);
     ck_assert_int_eq(reply->body_case, TENFERRO__FRAME__BODY_HELLO_REPLY);
     tf__frame_free(reply);
@@ -507,7 +470,7 @@ START_TEST(test_copy_hostile) {
         char path[128];
         snprintf(path, sizeof path, "%s/tenferrod-impostor.sock", th_runtime_dir());
         pid_t imp = th_spawn(impostor_child, path);
-        for (int i = 0; i < 200 && access(path, F_OK) != 0; i++) sleep_ms(10);
+        for (int i = 0; i < 200 && access(path, F_OK) != 0; i++) th_sleep_ms(10);
         reply = raw_take(fb, sb++, "0123456789abcdef0123456789abcdef", path, 9, TF_F64, 10);
         ck_assert_int_eq(reply->body_case, TENFERRO__FRAME__BODY_RESULT);
         ck_assert_msg(strstr(reply->result->message, "65534") == NULL, "%s", reply->result->message);
@@ -553,7 +516,7 @@ typedef struct kill_args {
 
 static int killer(void *arg) {
     kill_args *k = arg;
-    sleep_ms(k->after_ms);
+    th_sleep_ms(k->after_ms);
     kill(k->victim->pid, SIGKILL);
     return 0;
 }
@@ -638,7 +601,7 @@ END_TEST
 /* In a child: asks B for a copy from `arg` (a listener that never answers), then waits to be killed. */
 static int stalled_taker(void *arg) {
     const char **paths = arg; /* B's socket, the silent listener's */
-    prctl(PR_SET_PDEATHSIG, SIGKILL); /* gone with the test, whatever becomes of it */
+    th_die_with_parent(); /* gone with the test, whatever becomes of it */
     th_daemon b = {0};
     snprintf(b.socket, sizeof b.socket, "%s", paths[0]);
     int fd = th_raw_connect(&b);
@@ -682,7 +645,7 @@ START_TEST(test_taker_leaves_mid_fetch) {
     int made = 0;
     for (int i = 0; i < 500 && !made; i++) {
         made = th_counter(&b, "device_bytes_live") >= 8000;
-        if (!made) sleep_ms(10);
+        if (!made) th_sleep_ms(10);
     }
     ck_assert_msg(made, "the take never made its tensor");
     kill(taker, SIGKILL);
@@ -731,18 +694,6 @@ static void close_full_listener(int ls, const char *path, int *fill, int n) {
     for (int i = 0; i < n; i++) close(fill[i]);
     close(ls);
     unlink(path);
-}
-
-/* Threads of process pid (its /proc/PID/task entries), or -1. */
-static int thread_count(pid_t pid) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
-    DIR *d = opendir(path);
-    if (!d) return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
 }
 
 /* The clients of d's status report with a take in progress, or -1 without a report. */
@@ -800,7 +751,7 @@ START_TEST(test_taker_killed_mid_connect) {
     snprintf(full, sizeof full, "%s/tenferrod-full.sock", th_runtime_dir());
     int fill[16], n_fill;
     int ls = full_listener(full, fill, &n_fill);
-    const int clients = th_client_count(&b), threads = thread_count(b.pid);
+    const int clients = th_client_count(&b), threads = th_proc_entries(b.pid, "task");
     ck_assert_int_gt(threads, 0);
     const char *paths[2] = {b.socket, full};
     for (int round = 0; round < 2; round++) {
@@ -808,10 +759,10 @@ START_TEST(test_taker_killed_mid_connect) {
         int made = 0;
         for (int i = 0; i < 500 && !made; i++) {
             made = th_counter(&b, "device_bytes_live") >= 8000 && takes_in_status(&b) == 1;
-            if (!made) sleep_ms(10);
+            if (!made) th_sleep_ms(10);
         }
         ck_assert_msg(made, "the take never made its tensor");
-        ck_assert_int_eq(thread_count(b.pid), threads + 1); /* its fetch thread */
+        ck_assert_int_eq(th_proc_entries(b.pid, "task"), threads + 1); /* its fetch thread */
         if (round == 1) {
             /* SIGTERM while the fetch still waits for the listener. */
             struct timespec t0;
@@ -833,13 +784,13 @@ START_TEST(test_taker_killed_mid_connect) {
         int back = 0;
         for (int i = 0; i < 500 && !back; i++) {
             back = th_client_count(&b) == clients && th_counter(&b, "device_bytes_live") == 0 &&
-                   thread_count(b.pid) == threads;
-            if (!back) sleep_ms(10);
+                   th_proc_entries(b.pid, "task") == threads;
+            if (!back) th_sleep_ms(10);
         }
         ck_assert_msg(back, "after the taker died: %d clients (%d before), %llu device bytes, %d "
                             "threads (%d before)",
                       th_client_count(&b), clients,
-                      (unsigned long long)th_counter(&b, "device_bytes_live"), thread_count(b.pid),
+                      (unsigned long long)th_counter(&b, "device_bytes_live"), th_proc_entries(b.pid, "task"),
                       threads);
     }
     unlink(b.socket);
@@ -864,7 +815,7 @@ static int garbage_child(void *arg) {
         int c = accept(s, NULL, NULL);
         if (c < 0) return 0;
         if (write(c, g->bytes, g->len) != (ssize_t)g->len) return 1;
-        sleep_ms(3000);
+        th_sleep_ms(3000);
         close(c);
     }
 }
@@ -981,17 +932,14 @@ START_TEST(test_take_reaches_runtime_dir_only) {
     snprintf(subdir, sizeof subdir, "%s/tenferrod-dir.sock", dir);
     snprintf(garbage, sizeof garbage, "%s/tenferrod-x.sock", dir);
     snprintf(undecodable, sizeof undecodable, "%s/tenferrod-y.sock", dir);
-    FILE *f = fopen(file, "w");
-    ck_assert_ptr_nonnull(f);
-    fputs("not a socket\n", f);
-    fclose(f);
+    ck_assert_int_eq(th_write_file(file, "not a socket\n"), 0);
     ck_assert(mkdir(subdir, 0700) == 0);
     const char zs[] = "ZZZZ secret reply of a foreign service";
     const char bad_frame[] = "\x06\x00\x00\x00\xff\xff\xff\xff\xff\xff";
     garbage_args ga = {garbage, zs, sizeof zs - 1}, gb = {undecodable, bad_frame, 10};
     pid_t g1 = th_spawn(garbage_child, &ga), g2 = th_spawn(garbage_child, &gb);
     for (int i = 0; i < 200 && (access(garbage, F_OK) != 0 || access(undecodable, F_OK) != 0); i++)
-        sleep_ms(10);
+        th_sleep_ms(10);
     const char *unanswered[] = {missing, file, subdir, garbage, undecodable};
     first = NULL;
     for (size_t i = 0; i < sizeof unanswered / sizeof *unanswered; i++) {
@@ -1073,14 +1021,14 @@ START_TEST(test_takes_bounded_per_uid) {
     int waiting = 0;
     for (int i = 0; i < 500 && !waiting; i++) {
         waiting = takes_in_status(&b) == 1;
-        if (!waiting) sleep_ms(10);
+        if (!waiting) th_sleep_ms(10);
     }
     ck_assert_msg(waiting, "the first take is not in the status");
     /* Accepted and kept open: the first take waits for its answer meanwhile. */
     int first = -1;
     for (int i = 0; i < 500 && first < 0; i++) {
         first = accept_waiting(ls);
-        if (first < 0) sleep_ms(10);
+        if (first < 0) th_sleep_ms(10);
     }
     ck_assert_msg(first >= 0, "the first take did not connect");
     int fb = raw_client(&b);
@@ -1094,7 +1042,7 @@ START_TEST(test_takes_bounded_per_uid) {
     int free_again = 0;
     for (int i = 0; i < 500 && !free_again; i++) {
         free_again = takes_in_status(&b) == 0;
-        if (!free_again) sleep_ms(10);
+        if (!free_again) th_sleep_ms(10);
     }
     ck_assert(free_again);
     char missing[128];
@@ -1209,7 +1157,7 @@ typedef struct charged_args {
  */
 static int charged_child(void *arg) {
     const charged_args *ca = arg;
-    if (!become(NOBODY, NOBODY)) return 2;
+    if (!th_become(NOBODY, NOBODY)) return 2;
     int fa = th_raw_connect(ca->a), fb[CHARGED_TAKES];
     CHILD_CHECK(fa >= 0);
     Tenferro__Frame *hello = th_raw_hello(fa, TENFERRO__PROTOCOL__PROTOCOL_VERSION);
@@ -1323,7 +1271,7 @@ START_TEST(test_peer_connections_charged_to_asker) {
         peers = peer_conns(&a, NOBODY, &charged);
         settled = peers < 0 || peers >= CHARGED_TAKES ||
                   (peers >= 1 && th_counter(&a, "connections_refused") >= CHARGED_TAKES - 1);
-        if (!settled) sleep_ms(10);
+        if (!settled) th_sleep_ms(10);
     }
     /* Root is not refused: the uid's copies did not take the slots. */
     tf_client *root = NULL;

@@ -70,20 +70,6 @@ static const tf_scalar BETA = {-0.4, 0.9};
 
 #define RAW_MS 20000
 
-static void sleep_ms(int ms) {
-    nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000L}, NULL);
-}
-
-static int is_complex(tf_dtype d) { return d == TF_C64 || d == TF_C128; }
-static tf_dtype complex_of(tf_dtype d) { return d == TF_F32 ? TF_C64 : d == TF_F64 ? TF_C128 : d; }
-static tf_dtype real_of(tf_dtype d) { return d == TF_C64 ? TF_F32 : d == TF_C128 ? TF_F64 : d; }
-
-static int64_t numel_of(int rank, const int64_t *shape) {
-    int64_t n = 1;
-    for (int i = 0; i < rank; i++) n *= shape[i];
-    return n;
-}
-
 /* The row-major multi-index of a flat position, and back. */
 static void unflatten(int64_t flat, int rank, const int64_t *shape, int64_t *idx) {
     for (int a = rank - 1; a >= 0; a--) {
@@ -115,7 +101,7 @@ static void hval_new(hval *h, tf_dtype dt, int rank, const int64_t *shape) {
     h->dt = dt;
     h->rank = rank;
     if (rank) memcpy(h->shape, shape, sizeof(int64_t) * (size_t)rank);
-    h->n = numel_of(rank, shape);
+    h->n = (int64_t)th_numel(rank, shape);
     h->v = calloc((size_t)h->n, sizeof *h->v);
     if (!h->v) abort();
 }
@@ -144,7 +130,7 @@ static void widen(tf_dtype dt, int64_t n, const void *buf, lcx *out) {
 
 /* A coefficient as the daemon applies it to dtype dt: the imaginary part only for complex. */
 static lcx coefficient(tf_dtype dt, tf_scalar s) {
-    return is_complex(dt) ? s.re + I * (long double)s.im : (lcx)s.re;
+    return th_is_complex(dt) ? s.re + I * (long double)s.im : (lcx)s.re;
 }
 
 /*
@@ -391,7 +377,7 @@ static const program *program_named(const char *name) {
 
 /* The dtype of input i of p when run over dt. */
 static tf_dtype input_dtype(const program *p, int i, tf_dtype dt) {
-    return p->in[i].kind == IN_COMPLEX ? complex_of(dt) : dt;
+    return p->in[i].kind == IN_COMPLEX ? th_complex_of(dt) : dt;
 }
 
 /* Queues step s on view v over the tensors val[] into *out. */
@@ -498,12 +484,12 @@ static void eval_fft(const step *s, const hval *a, hval *out) {
         for (int i = 0; i < s->n; i++) dft_axis(out, s->ax[i], s->kind == S_IFFT, s->norm);
     } else if (s->kind == S_RFFT) {
         hval full;
-        hval_copy(&full, a, complex_of(a->dt));
+        hval_copy(&full, a, th_complex_of(a->dt));
         for (int i = 0; i < s->n; i++) dft_axis(&full, s->ax[i], 0, s->norm);
         int64_t shape[TF_MAX_RANK], idx[TF_MAX_RANK];
         memcpy(shape, a->shape, sizeof shape);
         shape[last] = a->shape[last] / 2 + 1;
-        hval_new(out, complex_of(a->dt), a->rank, shape);
+        hval_new(out, th_complex_of(a->dt), a->rank, shape);
         for (int64_t f = 0; f < full.n; f++) {
             unflatten(f, a->rank, a->shape, idx);
             if (idx[last] < shape[last]) out->v[flatten(a->rank, shape, idx)] = full.v[f];
@@ -518,7 +504,7 @@ static void eval_fft(const step *s, const hval *a, hval *out) {
         int64_t shape[TF_MAX_RANK], idx[TF_MAX_RANK];
         memcpy(shape, a->shape, sizeof shape);
         shape[last] = L;
-        hval_new(out, real_of(a->dt), a->rank, shape);
+        hval_new(out, th_real_of(a->dt), a->rank, shape);
         const long double f = axis_factor(s->norm, 1, L);
         for (int64_t o = 0; o < out->n; o++) {
             unflatten(o, a->rank, shape, idx);
@@ -656,7 +642,7 @@ static void eval_step(const step *s, const hval *val, hval *out) {
     case S_LOG:
     case S_SQRT:
     case S_SCALE: {
-        hval_new(out, s->kind == S_ABS ? real_of(a->dt) : a->dt, a->rank, a->shape);
+        hval_new(out, s->kind == S_ABS ? th_real_of(a->dt) : a->dt, a->rank, a->shape);
         const lcx al = coefficient(a->dt, ALPHA);
         for (int64_t i = 0; i < a->n; i++) {
             const lcx x = a->v[i];
@@ -914,7 +900,7 @@ static int64_t kept_connections(const th_daemon *d) {
 static void expect_connections(const th_daemon *d, int64_t n, const char *when) {
     for (int waited = 0; waited < 10000; waited += 10) {
         if (kept_connections(d) == n) return;
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     ck_abort_msg("%s: the daemon keeps %lld connections, expected %lld", when,
                  (long long)kept_connections(d), (long long)n);
@@ -975,34 +961,17 @@ static Tenferro__Frame *call(int fd, Tenferro__Frame *f) {
 
 /* A raw connection past its Hello. */
 static int raw_client(const th_daemon *d, const char *name) {
-    int fd = th_raw_connect(d);
-    ck_assert_int_ge(fd, 0);
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Hello h = TENFERRO__HELLO__INIT;
-    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
-    h.client_name = (char *)name;
-    f.body_case = TENFERRO__FRAME__BODY_HELLO;
-    f.hello = &h;
-    Tenferro__Frame *r = call(fd, &f);
-    ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_HELLO_REPLY);
-    tf__frame_free(r);
+    int fd = th_raw_open(d, name, ++g_seq, NULL);
+    ck_assert_msg(fd >= 0, "%s: no HelloReply", name);
     return fd;
 }
 
 /* Creates tensor id of dtype dt and shape [n] holding data. */
 static void raw_upload(int fd, uint64_t id, tf_dtype dt, int64_t n, const void *data) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
+    Tenferro__Frame f;
+    Tenferro__Upload up;
     int64_t shape[1] = {n};
-    up.tensor = id;
-    up.create = 1;
-    up.dtype = (uint32_t)dt;
-    up.n_shape = 1;
-    up.shape = shape;
-    up.data.data = (uint8_t *)data;
-    up.data.len = (size_t)n * tf_dtype_size(dt);
-    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
-    f.upload = &up;
+    th_raw_build_upload(&f, &up, id, 1, dt, 1, shape, 0, data, (size_t)n * tf_dtype_size(dt));
     CK_EXPECT_RESULT(call(fd, &f), TF_OK, NULL);
 }
 
@@ -2133,7 +2102,7 @@ START_TEST(test_freed_instance_under_quota) {
     /* The instance goes after the stream's earlier work: wait for the cache to be empty. */
     cache_info after_free = graph_cache(&D);
     for (int waited = 0; after_free.entries != 0 && waited < 10000; waited += 10) {
-        sleep_ms(10);
+        th_sleep_ms(10);
         after_free = graph_cache(&D);
     }
     ck_assert_msg(after_free.entries == 0 && after_free.bytes == 0,
@@ -2390,7 +2359,7 @@ START_TEST(test_client_killed_while_running) {
     pid_t pid = th_spawn(long_child_fn, &ready[1]);
     char byte = 0;
     ck_assert_msg(read(ready[0], &byte, 1) == 1, "the child did not queue its runs");
-    sleep_ms(100);
+    th_sleep_ms(100);
     Tenferro__Frame *r = th_status_report(&D);
     ck_assert_ptr_nonnull(r);
     uint64_t queued = 0;

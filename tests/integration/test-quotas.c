@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,13 +37,6 @@
 #define WAIT_MS 30000
 
 /* ---- daemons ---- */
-
-/* Asserts a daemon counter reaches `value`. */
-static void expect_counter(const th_daemon *d, const char *name, uint64_t value) {
-    ck_assert_msg(th_wait_counter(d, name, value, WAIT_MS),
-                  "daemon counter %s is %llu, expected %llu", name,
-                  (unsigned long long)th_counter(d, name), (unsigned long long)value);
-}
 
 /* The number of items still queued on the stream of client `id`, or UINT64_MAX when not listed. */
 static uint64_t client_queued(const th_daemon *d, uint64_t id) {
@@ -189,7 +181,7 @@ typedef struct worker {
  */
 static int client_process(void *arg) {
     worker *w = arg;
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    th_die_with_parent();
     close(w->go_wr);
     tf_client *c = th_connect(w->d);
     tf_tensor a, b;
@@ -232,7 +224,7 @@ START_TEST(test_client_quota_stops_only_the_greedy_client) {
     pid_t pid[3];
     for (int i = 0; i < 3; i++) pid[i] = th_spawn(client_process, &w[i]);
     /* Everyone holds its inputs (6 vectors, 768 KiB together) before anyone computes. */
-    expect_counter(&d, "tensors_created", 6);
+    CK_COUNTER(&d, "tensors_created", 6, WAIT_MS);
     close(go[1]);
     for (int i = 0; i < 3; i++) {
         int rc = th_wait(pid[i]);
@@ -241,7 +233,7 @@ START_TEST(test_client_quota_stops_only_the_greedy_client) {
     }
     close(go[0]);
     ck_assert_uint_eq(th_counter(&d, "quota_refusals"), 2);
-    expect_counter(&d, "device_bytes_live", 0);
+    CK_COUNTER(&d, "device_bytes_live", 0, WAIT_MS);
     free_inputs();
     CK_DAEMON_STOP(&d);
 }
@@ -271,7 +263,7 @@ START_TEST(test_uid_quota_spans_connections) {
     /* The other connection of the uid frees a vector: the second connection's request now fits. */
     uint64_t freed = th_counter(&d, "tensors_freed");
     CK_STATUS(c1, tf_tensor_free(c1, t1[4]), TF_OK);
-    expect_counter(&d, "tensors_freed", freed + 1);
+    CK_COUNTER(&d, "tensors_freed", freed + 1, WAIT_MS);
     CK_STATUS(c2, run_chain(c2, &ch, t2[0], t2[1], 1), TF_OK);
     ck_assert(chain_correct(c2, &ch, 0, 1, in_b, in_b));
     tf_disconnect(c1);
@@ -383,7 +375,7 @@ START_TEST(test_upload_over_quota_allocates_nothing) {
     free(big);
     free(half);
     tf_disconnect(c);
-    expect_counter(&d, "device_bytes_live", 0);
+    CK_COUNTER(&d, "device_bytes_live", 0, WAIT_MS);
     CK_DAEMON_STOP(&d);
 }
 END_TEST
@@ -442,7 +434,7 @@ START_TEST(test_default_bounds) {
     free_inputs();
     for (int i = 0; i < n; i++) CK_STATUS(c, tf_tensor_free(c, big[i]), TF_OK);
     tf_disconnect(c);
-    expect_counter(&d, "device_bytes_live", 0);
+    CK_COUNTER(&d, "device_bytes_live", 0, WAIT_MS);
     CK_DAEMON_STOP(&d);
 }
 END_TEST

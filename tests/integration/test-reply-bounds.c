@@ -42,25 +42,13 @@
 
 /* ---- small helpers ---- */
 
-static void sleep_ms(int ms) { nanosleep(&(struct timespec){ms / 1000, (ms % 1000) * 1000000L}, NULL); }
-
-static uint64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
+/* The monotonic clock in whole milliseconds. */
+static uint64_t now_ms(void) { return (uint64_t)th_now_ms(); }
 
 /* The daemon's resident set in bytes (VmRSS of /proc/<pid>/status), 0 when unreadable. */
 static uint64_t rss_bytes(pid_t pid) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    unsigned long long kib = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %llu kB", &kib) == 1) break;
-    fclose(f);
-    return (uint64_t)kib * 1024u;
+    long kib = th_proc_status_value(pid, "VmRSS");
+    return kib > 0 ? (uint64_t)kib * 1024u : 0;
 }
 
 /*
@@ -81,46 +69,7 @@ static void check_rss(uint64_t base, uint64_t peak, uint64_t allowed, const char
 #endif
 }
 
-/* Drops to uid/gid in a forked child, before it connects. */
-static int become(uid_t uid, gid_t gid) {
-    return setgroups(0, NULL) == 0 && setgid(gid) == 0 && setuid(uid) == 0;
-}
-
 /* ---- raw frames (usable in children: no Check assertions) ---- */
-
-/* Appends frame, encoded, to *buf (grown as needed); 0 on success. */
-static int append_frame(uint8_t **buf, size_t *len, size_t *cap, Tenferro__Frame *f) {
-    uint8_t *bytes;
-    size_t n;
-    if (tf__frame_encode(f, UINT32_MAX, &bytes, &n) != TF_OK) return -1;
-    if (*len + n > *cap) {
-        size_t c = *cap ? *cap : 4096;
-        while (c < *len + n) c *= 2;
-        uint8_t *p = realloc(*buf, c);
-        if (!p) {
-            free(bytes);
-            return -1;
-        }
-        *buf = p;
-        *cap = c;
-    }
-    memcpy(*buf + *len, bytes, n);
-    *len += n;
-    free(bytes);
-    return 0;
-}
-
-/* Sends Hello as `name` without waiting for the reply. */
-static int send_hello(int fd, const char *name) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Hello h = TENFERRO__HELLO__INIT;
-    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
-    h.client_name = (char *)name;
-    f.seq = 1;
-    f.body_case = TENFERRO__FRAME__BODY_HELLO;
-    f.hello = &h;
-    return th_raw_send(fd, &f);
-}
 
 /* Receives the HelloReply (closing the page descriptor riding on it); its client id, or 0. */
 static uint64_t recv_hello_reply(int fd) {
@@ -130,19 +79,6 @@ static uint64_t recv_hello_reply(int fd) {
     uint64_t id = r && r->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY ? r->hello_reply->client_id : 0;
     tf__frame_free(r);
     return id;
-}
-
-/* Connects and says Hello as `name`; the fd, or -1. *client_id is the daemon's id for it. */
-static int raw_open(const th_daemon *d, const char *name, uint64_t *client_id) {
-    int fd = th_raw_connect(d);
-    if (fd < 0) return -1;
-    uint64_t id = send_hello(fd, name) == 0 ? recv_hello_reply(fd) : 0;
-    if (!id) {
-        close(fd);
-        return -1;
-    }
-    if (client_id) *client_id = id;
-    return fd;
 }
 
 /* Receives one reply that must be a Result with TF_OK answering seq; 0 when it is. */
@@ -166,21 +102,13 @@ static int raw_upload(int fd, uint64_t *seq, uint64_t id, const void *data, size
                       size_t chunk) {
     int64_t shape[1] = {(int64_t)(bytes / sizeof(double))};
     for (size_t off = 0; off < bytes || off == 0; off += chunk) {
-        Tenferro__Frame f = TENFERRO__FRAME__INIT;
-        Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
-        up.tensor = id;
-        if (off == 0) {
-            up.create = 1;
-            up.dtype = TF_F64;
-            up.n_shape = 1;
-            up.shape = shape;
-        }
-        up.offset = off;
-        up.data.data = (uint8_t *)data + off;
-        up.data.len = bytes - off < chunk ? bytes - off : chunk;
+        Tenferro__Frame f;
+        Tenferro__Upload up;
+        const int create = off == 0;
+        th_raw_build_upload(&f, &up, id, create, create ? TF_F64 : (tf_dtype)0, create ? 1 : 0,
+                            create ? shape : NULL, off, (const uint8_t *)data + off,
+                            bytes - off < chunk ? bytes - off : chunk);
         f.seq = ++*seq;
-        f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
-        f.upload = &up;
         if (th_raw_send(fd, &f) != 0 || expect_ok(fd, f.seq) != 0) return -1;
         if (bytes == 0) break;
     }
@@ -188,40 +116,32 @@ static int raw_upload(int fd, uint64_t *seq, uint64_t id, const void *data, size
 }
 
 /* Appends a Download of `len` bytes at `offset` of tensor id as request seq. */
-static int append_download(uint8_t **buf, size_t *len, size_t *cap, uint64_t seq, uint64_t id,
-                           uint64_t offset, uint64_t bytes) {
+static int append_download(th_frames *frames, uint64_t seq, uint64_t id, uint64_t offset,
+                           uint64_t bytes) {
     Tenferro__Frame f;
     Tenferro__Download dl;
     th_raw_build_download(&f, &dl, id, offset, bytes);
     f.seq = seq;
-    return append_frame(buf, len, cap, &f);
+    return th_frames_add(frames, &f);
 }
 
 /* Sends n Downloads of all `bytes` of tensor id (requests seq+1 .. seq+n) in one write. */
 static int send_downloads(int fd, uint64_t seq, int n, uint64_t id, uint64_t bytes) {
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0;
+    th_frames frames = {0};
     int rc = 0;
-    for (int i = 0; i < n && rc == 0; i++) rc = append_download(&buf, &len, &cap, seq + 1 + (uint64_t)i, id, 0, bytes);
-    if (rc == 0) rc = th_raw_send_bytes(fd, buf, len);
-    free(buf);
+    for (int i = 0; i < n && rc == 0; i++) rc = append_download(&frames, seq + 1 + (uint64_t)i, id, 0, bytes);
+    if (rc == 0) rc = th_raw_send_bytes(fd, frames.bytes, frames.len);
+    th_frames_free(&frames);
     return rc;
 }
 
 /* ---- the status report ---- */
 
-/* The report's entry for client id (NULL when not listed); frees nothing. */
-static const Tenferro__ClientInfo *find_client(const Tenferro__Frame *status, uint64_t id) {
-    for (size_t i = 0; i < status->status_reply->n_clients; i++)
-        if (status->status_reply->clients[i]->client_id == id) return status->status_reply->clients[i];
-    return NULL;
-}
-
 /* The queued reply bytes status shows for client id; UINT64_MAX when it is not listed. */
 static uint64_t reply_bytes_of(const th_daemon *d, uint64_t id) {
     Tenferro__Frame *s = th_status_report(d);
     ck_assert_msg(s != NULL, "no status report");
-    const Tenferro__ClientInfo *ci = find_client(s, id);
+    const Tenferro__ClientInfo *ci = th_find_client(s, id);
     uint64_t v = ci ? ci->reply_bytes : UINT64_MAX;
     tf__frame_free(s);
     return v;
@@ -309,7 +229,7 @@ static uint64_t peak_rss_while(const th_daemon *d, int ms, pid_t by, int *by_rc)
                 *by_rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
             }
         }
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     ck_assert_msg(!running, "the bystander did not finish within 60 s");
     return peak;
@@ -334,7 +254,7 @@ START_TEST(test_unread_downloads_bounded) {
                     "--reply-stall-ms", "4000");
     g_daemon = &d;
     uint64_t id, seq = 1;
-    int fd = raw_open(&d, "unread-downloads", &id);
+    int fd = th_raw_open(&d, "unread-downloads", 1, &id);
     ck_assert_int_ge(fd, 0);
     double *big = malloc(A_TENSOR);
     ck_assert_ptr_nonnull(big);
@@ -347,7 +267,7 @@ START_TEST(test_unread_downloads_bounded) {
     ck_assert_int_eq(send_downloads(fd, seq, 60, 1, A_TENSOR), 0);
     /* The first replies are queued: the daemon has taken Downloads up to the limit. */
     uint64_t queued = 0;
-    for (int i = 0; i < 500 && (queued = reply_bytes_of(&d, id)) < A_TENSOR; i++) sleep_ms(10);
+    for (int i = 0; i < 500 && (queued = reply_bytes_of(&d, id)) < A_TENSOR; i++) th_sleep_ms(10);
     ck_assert_msg(queued >= A_TENSOR && queued != UINT64_MAX, "status shows %llu reply bytes queued",
                   (unsigned long long)queued);
 
@@ -374,7 +294,7 @@ START_TEST(test_unread_downloads_bounded) {
     for (int i = 0; i < 200; i++) {
         all = sum_for(&d, -1);
         if (all.reply_bytes == 0 && reply_bytes_of(&d, id) == UINT64_MAX) break;
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     ck_assert_msg(all.reply_bytes == 0, "status still shows %llu reply bytes",
                   (unsigned long long)all.reply_bytes);
@@ -402,29 +322,29 @@ START_TEST(test_unread_status_bounded) {
     CK_DAEMON_START(&d, "--max-frame-bytes", "1M", "--client-reply-bytes", "1M", "--reply-stall-ms",
                     "2000");
     uint64_t id;
-    int fd = raw_open(&d, "unread-status", &id);
+    int fd = th_raw_open(&d, "unread-status", 1, &id);
     ck_assert_int_ge(fd, 0);
     uint64_t base = rss_bytes(d.pid);
     ck_assert_uint_gt(base, 0);
 
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0, off = 0;
+    th_frames frames = {0};
+    size_t off = 0;
     uint64_t seq = 1, sent = 0, peak = base;
     uint64_t start = now_ms(), last_sample = 0;
     /* Requests as fast as the daemon takes them, for a second. */
     while (now_ms() - start < 1000) {
-        if (off == len) {
-            len = off = 0;
+        if (off == frames.len) {
+            frames.len = off = 0;
             for (int i = 0; i < 4096; i++) {
                 Tenferro__Frame f = TENFERRO__FRAME__INIT;
                 Tenferro__StatusRequest body = TENFERRO__STATUS_REQUEST__INIT;
                 f.seq = ++seq;
                 f.body_case = TENFERRO__FRAME__BODY_STATUS_REQUEST;
                 f.status_request = &body;
-                ck_assert_int_eq(append_frame(&buf, &len, &cap, &f), 0);
+                ck_assert_int_eq(th_frames_add(&frames, &f), 0);
             }
         }
-        ssize_t n = send(fd, buf + off, len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n = send(fd, frames.bytes + off, frames.len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0) {
             off += (size_t)n;
             sent += (uint64_t)n;
@@ -440,7 +360,7 @@ START_TEST(test_unread_status_bounded) {
             last_sample = now_ms();
         }
     }
-    free(buf);
+    th_frames_free(&frames);
     uint64_t later = peak_rss_while(&d, 300, 0, NULL);
     if (later > peak) peak = later;
     fprintf(stderr, "unread status: %llu request bytes taken, VmRSS %llu MiB before, peak %llu MiB\n",
@@ -457,7 +377,7 @@ START_TEST(test_unread_status_bounded) {
     ck_assert_msg(th_raw_closed(fd, RAW_MS), "the stalled connection is still open");
     close(fd);
     uid_sum all = {0};
-    for (int i = 0; i < 200 && (all = sum_for(&d, -1)).reply_bytes != 0; i++) sleep_ms(10);
+    for (int i = 0; i < 200 && (all = sum_for(&d, -1)).reply_bytes != 0; i++) th_sleep_ms(10);
     ck_assert_uint_eq(all.reply_bytes, 0);
     ck_assert_uint_eq(reply_bytes_of(&d, id), UINT64_MAX);
     CK_DAEMON_STOP(&d);
@@ -485,19 +405,18 @@ START_TEST(test_slow_reader_served) {
     CK_DAEMON_START(&d, "--max-frame-bytes", "2M", "--client-reply-bytes", "2M", "--reply-stall-ms",
                     "300");
     uint64_t id, seq = 1;
-    int fd = raw_open(&d, "slow-reader", &id);
+    int fd = th_raw_open(&d, "slow-reader", 1, &id);
     ck_assert_int_ge(fd, 0);
     uint8_t *data = malloc(C_TENSOR);
     ck_assert_ptr_nonnull(data);
     th_fill_random(TF_F64, C_TENSOR / sizeof(double), data);
     ck_assert_int_eq(raw_upload(fd, &seq, 1, data, C_TENSOR, C_READ), 0);
 
-    uint8_t *req = NULL;
-    size_t req_len = 0, req_cap = 0;
+    th_frames req = {0};
     for (int i = 0; i < C_REQUESTS; i++)
-        ck_assert_int_eq(append_download(&req, &req_len, &req_cap, 1000 + (uint64_t)i, 1, c_offset(i), C_READ), 0);
-    ck_assert_int_eq(th_raw_send_bytes(fd, req, req_len), 0);
-    free(req);
+        ck_assert_int_eq(append_download(&req, 1000 + (uint64_t)i, 1, c_offset(i), C_READ), 0);
+    ck_assert_int_eq(th_raw_send_bytes(fd, req.bytes, req.len), 0);
+    th_frames_free(&req);
 
     size_t cap = 2 * C_READ + 65536, have = 0;
     uint8_t *in = malloc(cap);
@@ -534,7 +453,7 @@ START_TEST(test_slow_reader_served) {
             if (q > max_queued) max_queued = q;
             last_status = now_ms();
         }
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     free(in);
     fprintf(stderr, "slow reader: %d replies in %llu ms, at most %llu bytes queued\n", got,
@@ -543,7 +462,7 @@ START_TEST(test_slow_reader_served) {
     ck_assert_msg(max_queued <= C_LIMIT + 4096, "%llu reply bytes were queued, limit %llu",
                   (unsigned long long)max_queued, (unsigned long long)C_LIMIT);
     /* Still open, and served: a Status request is answered. */
-    sleep_ms(500);
+    th_sleep_ms(500);
     Tenferro__Frame f = TENFERRO__FRAME__INIT;
     Tenferro__StatusRequest body = TENFERRO__STATUS_REQUEST__INIT;
     f.seq = 5000;
@@ -590,7 +509,7 @@ static int child_says(char ok) { return write(g_to_parent[1], &ok, 1) == 1 ? 0 :
  */
 static int uid_child(void *arg) {
     const th_daemon *d = arg;
-    CHILD_CHECK(become(NOBODY, NOBODY));
+    CHILD_CHECK(th_become(NOBODY, NOBODY));
     int fds[D_ATTACKERS];
     uint8_t *data = malloc(D_TENSOR);
     CHILD_CHECK(data != NULL);
@@ -598,7 +517,7 @@ static int uid_child(void *arg) {
         char name[32];
         snprintf(name, sizeof name, "uid-attacker-%d", i);
         uint64_t seq = 1;
-        fds[i] = raw_open(d, name, NULL);
+        fds[i] = th_raw_open(d, name, 1, NULL);
         CHILD_CHECK(fds[i] >= 0);
         memset(data, 0x40 + i, D_TENSOR);
         CHILD_CHECK(raw_upload(fds[i], &seq, 1, data, D_TENSOR, D_TENSOR) == 0);
@@ -610,7 +529,7 @@ static int uid_child(void *arg) {
 
     /* The uid is at its limit: even a Hello waits. */
     int late = th_raw_connect(d);
-    CHILD_CHECK(late >= 0 && send_hello(late, "uid-late") == 0);
+    CHILD_CHECK(late >= 0 && th_raw_send_hello(late, 1, "uid-late") == 0);
     struct pollfd p = {.fd = late, .events = POLLIN};
     int answered = poll(&p, 1, 500);
     if (answered != 0) fprintf(stderr, "[child] the late Hello was answered while the uid was at its limit\n");
@@ -663,7 +582,7 @@ START_TEST(test_uid_bound) {
     ck_assert_msg(parent_step('g'), "the child could not send its Downloads");
 
     uid_sum u = {0};
-    for (int i = 0; i < 500 && (u = sum_for(&d, NOBODY)).reply_bytes < D_UID_LIMIT; i++) sleep_ms(10);
+    for (int i = 0; i < 500 && (u = sum_for(&d, NOBODY)).reply_bytes < D_UID_LIMIT; i++) th_sleep_ms(10);
     ck_assert_msg(u.reply_bytes >= D_UID_LIMIT, "the uid's replies reached only %llu bytes",
                   (unsigned long long)u.reply_bytes);
     int by_rc = -1;
@@ -675,7 +594,7 @@ START_TEST(test_uid_bound) {
         u = sum_for(&d, NOBODY);
         if (u.reply_bytes > most) most = u.reply_bytes;
         if (u.max_client_reply_bytes > most_client) most_client = u.max_client_reply_bytes;
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     fprintf(stderr, "uid bound: %llu reply bytes for the uid, at most %llu for one client; VmRSS "
                     "%llu MiB before, peak %llu MiB\n",
@@ -689,7 +608,7 @@ START_TEST(test_uid_bound) {
 
     ck_assert_msg(parent_step('l'), "a new connection of the uid was served while it was at its limit");
     ck_assert_msg(parent_step('c'), "the new connection was not served once the uid's replies drained");
-    for (int i = 0; i < 500 && count_named(&d, "uid-attacker") != 0; i++) sleep_ms(10);
+    for (int i = 0; i < 500 && count_named(&d, "uid-attacker") != 0; i++) th_sleep_ms(10);
     ck_assert_int_eq(count_named(&d, "uid-attacker"), 0);
     ck_assert_int_eq(count_named(&d, "uid-late"), 1);
     u = sum_for(&d, NOBODY);
@@ -713,7 +632,7 @@ END_TEST
 static int decode_child(void *arg) {
     const th_daemon *d = arg;
     uint64_t seq = 1;
-    int fd = raw_open(d, "decoder", NULL);
+    int fd = th_raw_open(d, "decoder", 1, NULL);
     CHILD_CHECK(fd >= 0);
     uint8_t *data = malloc(E_TENSOR);
     CHILD_CHECK(data != NULL);
@@ -761,7 +680,7 @@ START_TEST(test_decodes_bounded_per_uid) {
                 running--;
             }
         }
-        sleep_ms(1);
+        th_sleep_ms(1);
     }
     ck_assert_msg(running == 0, "the uploads did not finish within 60 s");
     for (int i = 0; i < E_CLIENTS; i++)
@@ -776,14 +695,6 @@ END_TEST
 
 /* ---- (f) a reload that raises the limit ---- */
 
-/* Writes `text` as a configuration file at path. */
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_ge(fputs(text, f), 0);
-    ck_assert_int_eq(fclose(f), 0);
-}
-
 /*
  * A connection waiting for its replies to drain goes on when a reload raises
  * client_reply_bytes; a reload that would put it below max_frame_bytes is
@@ -792,14 +703,16 @@ static void write_file(const char *path, const char *text) {
 START_TEST(test_reload_raises_limit) {
     char path[128];
     snprintf(path, sizeof path, "/tmp/tf-test-reply-%d.conf", (int)getpid());
-    write_file(path, "[daemon]\nmax_frame_bytes = 5M\n[limits]\nclient_reply_bytes = 3M\n");
+    ck_assert_int_eq(
+        th_write_file(path, "[daemon]\nmax_frame_bytes = 5M\n[limits]\nclient_reply_bytes = 3M\n"), 0);
     th_daemon d;
     ck_assert_msg(th_daemon_start(&d, "--config", path, (char *)NULL) != 0,
                   "tenferrod started with client_reply_bytes below max_frame_bytes");
-    write_file(path, "[daemon]\nmax_frame_bytes = 5M\n[limits]\nclient_reply_bytes = 8M\n");
+    ck_assert_int_eq(
+        th_write_file(path, "[daemon]\nmax_frame_bytes = 5M\n[limits]\nclient_reply_bytes = 8M\n"), 0);
     CK_DAEMON_START(&d, "--config", path);
     uint64_t id, seq = 1;
-    int fd = raw_open(&d, "reload", &id);
+    int fd = th_raw_open(&d, "reload", 1, &id);
     ck_assert_int_ge(fd, 0);
     uint8_t *data = calloc(1, D_TENSOR);
     ck_assert_ptr_nonnull(data);
@@ -808,20 +721,22 @@ START_TEST(test_reload_raises_limit) {
     ck_assert_int_eq(send_downloads(fd, seq, 10, 1, D_TENSOR), 0);
     /* One or two replies of 4 MiB fit in 8 MiB (each carries a few bytes besides its data). */
     uint64_t q = 0;
-    for (int i = 0; i < 300 && (q = reply_bytes_of(&d, id)) < D_TENSOR; i++) sleep_ms(10);
-    sleep_ms(200);
+    for (int i = 0; i < 300 && (q = reply_bytes_of(&d, id)) < D_TENSOR; i++) th_sleep_ms(10);
+    th_sleep_ms(200);
     q = reply_bytes_of(&d, id);
     ck_assert_msg(q >= D_TENSOR && q <= 2 * D_TENSOR + 4096, "%llu reply bytes queued under 8 MiB",
                   (unsigned long long)q);
 
-    write_file(path, "[daemon]\nmax_frame_bytes = 5M\n[limits]\nclient_reply_bytes = 2M\n");
+    ck_assert_int_eq(
+        th_write_file(path, "[daemon]\nmax_frame_bytes = 5M\n[limits]\nclient_reply_bytes = 2M\n"), 0);
     ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
-    sleep_ms(300);
+    th_sleep_ms(300);
     /* Refused: no Download more went (a reply may have been encoded meanwhile, a few bytes more). */
     ck_assert_uint_le(reply_bytes_of(&d, id), 2 * D_TENSOR + 4096);
-    write_file(path, "[daemon]\nmax_frame_bytes = 5M\n[limits]\nclient_reply_bytes = 24M\n");
+    ck_assert_int_eq(
+        th_write_file(path, "[daemon]\nmax_frame_bytes = 5M\n[limits]\nclient_reply_bytes = 24M\n"), 0);
     ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
-    for (int i = 0; i < 300 && (q = reply_bytes_of(&d, id)) < 5 * D_TENSOR; i++) sleep_ms(10);
+    for (int i = 0; i < 300 && (q = reply_bytes_of(&d, id)) < 5 * D_TENSOR; i++) th_sleep_ms(10);
     ck_assert_msg(q >= 5 * D_TENSOR && q <= 6 * D_TENSOR + 4096,
                   "%llu reply bytes queued after raising the limit to 24 MiB", (unsigned long long)q);
     char *log = th_daemon_log(&d);
@@ -835,47 +750,12 @@ END_TEST
 
 /* ---- (g) the submission ring waits too ---- */
 
-/* A raw connection with its submission ring mapped (as test-ring.c's). */
-typedef struct ring_client {
-    int fd;
-    uint8_t *map;
-    tf_ring_header *h;
-    uint8_t *req, *rep;
-    uint32_t req_bytes, rep_bytes;
-    uint64_t head, rep_tail;
-} ring_client;
-
-/* Copies len bytes into the circular area base of `area` bytes at pos (and back, below). */
-static void ring_put(uint8_t *base, uint32_t area, uint64_t pos, const void *src, size_t len) {
-    for (size_t i = 0; i < len; i++) base[(pos + i) % area] = ((const uint8_t *)src)[i];
-}
-
-static void ring_get(uint8_t *dst, const uint8_t *base, uint32_t area, uint64_t pos, size_t len) {
-    for (size_t i = 0; i < len; i++) dst[i] = base[(pos + i) % area];
-}
-
 /* Connects as `name`, says Hello, maps the ring riding on the reply and says Mapped (seq 2). */
-static ring_client ring_open(const th_daemon *d, const char *name) {
-    ring_client r = {.fd = th_raw_connect(d)};
-    ck_assert_int_ge(r.fd, 0);
-    ck_assert_int_eq(send_hello(r.fd, name), 0);
-    int page_fd = -1;
-    Tenferro__Frame *reply = th_raw_recv_fd(r.fd, RAW_MS, &page_fd);
-    ck_assert_msg(reply && reply->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY && page_fd >= 0,
-                  "no HelloReply with its page");
-    Tenferro__HelloReply *hr = reply->hello_reply;
-    size_t bytes = (size_t)hr->ring_offset + TF_RING_HEADER_BYTES + hr->ring_request_bytes +
-                   hr->ring_reply_bytes;
-    r.map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
-    ck_assert_msg(r.map != MAP_FAILED, "cannot map the ring: %s", strerror(errno));
-    close(page_fd);
-    r.h = (tf_ring_header *)(r.map + hr->ring_offset);
-    r.req = r.map + hr->ring_offset + TF_RING_HEADER_BYTES;
-    r.req_bytes = hr->ring_request_bytes;
-    r.rep = r.req + r.req_bytes;
-    r.rep_bytes = hr->ring_reply_bytes;
-    tf__frame_free(reply);
-    ck_assert_int_eq(th_raw_send_mapped(r.fd, 2, 0), 0);
+static th_raw_client ring_open(const th_daemon *d, const char *name) {
+    th_raw_client r;
+    uint64_t seq = 0;
+    ck_assert_msg(th_raw_client_open(d, name, &seq, &r) == 0 && r.ring,
+                  "no HelloReply with its page and ring");
     return r;
 }
 
@@ -884,35 +764,15 @@ static ring_client ring_open(const th_daemon *d, const char *name) {
  * entry, without ringing: the daemon, polling, finds it by itself (a
  * doorbell would be a socket frame, held by the socket's own gate).
  */
-static void ring_submit(ring_client *r, Tenferro__Frame *f, uint64_t seq, uint64_t after) {
+static void ring_submit(th_raw_client *r, Tenferro__Frame *f, uint64_t seq, uint64_t after) {
     f->seq = seq;
-    size_t len = tenferro__frame__get_packed_size(f);
-    uint8_t *body = malloc(len);
-    ck_assert_ptr_nonnull(body);
-    tenferro__frame__pack(f, body);
-    tf_ring_entry e = {.bytes = (uint32_t)len, .seq = seq, .after_seq = after};
-    ring_put(r->req, r->req_bytes, r->head, &e, sizeof e);
-    ring_put(r->req, r->req_bytes, r->head + sizeof e, body, len);
-    free(body);
-    r->head += (sizeof e + len + 7) & ~(size_t)7;
-    __atomic_store_n(&r->h->req_head, r->head, __ATOMIC_SEQ_CST);
+    th_ring_write_frame(r, f, after);
 }
 
 /* The next reply in the ring, or NULL after timeout_ms. */
-static Tenferro__Frame *ring_reply(ring_client *r, int timeout_ms) {
-    for (int waited = 0; __atomic_load_n(&r->h->rep_head, __ATOMIC_ACQUIRE) == r->rep_tail; waited++) {
-        if (waited >= timeout_ms) return NULL;
-        sleep_ms(1);
-    }
-    tf_ring_entry e;
-    ring_get((uint8_t *)&e, r->rep, r->rep_bytes, r->rep_tail, sizeof e);
-    uint8_t *body = malloc(e.bytes ? e.bytes : 1);
-    ck_assert_ptr_nonnull(body);
-    ring_get(body, r->rep, r->rep_bytes, r->rep_tail + sizeof e, e.bytes);
-    r->rep_tail += (sizeof e + e.bytes + 7) & ~(uint64_t)7;
-    __atomic_store_n(&r->h->rep_tail, r->rep_tail, __ATOMIC_RELEASE);
-    Tenferro__Frame *f = tf__frame_decode(body, e.bytes);
-    free(body);
+static Tenferro__Frame *ring_reply(th_raw_client *r, int timeout_ms) {
+    Tenferro__Frame *f;
+    th_ring_read(r, timeout_ms, &f, NULL);
     return f;
 }
 
@@ -937,22 +797,22 @@ START_TEST(test_ring_waits_for_replies) {
     CK_DAEMON_START(&d, "--max-frame-bytes", "5M", "--client-reply-bytes", "5M", "--uid-reply-bytes",
                     "6M", "--reply-stall-ms", "0", "--busy-poll-us", "1000000");
     uint64_t xid, xseq = 1;
-    int x = raw_open(&d, "ring-other", &xid);
+    int x = th_raw_open(&d, "ring-other", 1, &xid);
     ck_assert_int_ge(x, 0);
     uint8_t *data = calloc(1, D_TENSOR);
     ck_assert_ptr_nonnull(data);
     ck_assert_int_eq(raw_upload(x, &xseq, 1, data, D_TENSOR, D_TENSOR), 0);
-    ring_client y = ring_open(&d, "ring-user");
+    th_raw_client y = ring_open(&d, "ring-user");
     uint64_t yseq = 2;
     ck_assert_int_eq(raw_upload(y.fd, &yseq, 1, data, D_TENSOR, D_TENSOR), 0);
     free(data);
 
     ck_assert_int_eq(send_downloads(x, xseq, 1, 1, D_TENSOR), 0);
-    for (int i = 0; i < 300 && reply_bytes_of(&d, xid) < D_TENSOR; i++) sleep_ms(10);
+    for (int i = 0; i < 300 && reply_bytes_of(&d, xid) < D_TENSOR; i++) th_sleep_ms(10);
     ck_assert_int_eq(send_downloads(y.fd, yseq, 1, 1, D_TENSOR), 0);
     uint64_t ydl = yseq + 1;
     /* No status from here on: this process's own uid is over its limit, its Hello would wait too. */
-    sleep_ms(300);
+    th_sleep_ms(300);
 
     Tenferro__Frame f;
     Tenferro__Submit sub;
@@ -982,8 +842,7 @@ START_TEST(test_ring_waits_for_replies) {
     ck_assert_uint_eq(r->seq, ydl + 1);
     CK_EXPECT_RESULT(r, TF_OK, NULL);
     ck_assert_uint_eq(sum_for(&d, -1).reply_bytes, 0);
-    munmap(y.map, TF_RING_MAP_BYTES);
-    close(y.fd);
+    th_raw_client_close(&y);
     close(x);
     CK_DAEMON_STOP(&d);
 }
@@ -1001,7 +860,7 @@ START_TEST(test_closing_connection_unread) {
     th_daemon d;
     CK_DAEMON_START(&d, "--max-frame-bytes", "5M", "--reply-stall-ms", "500");
     uint64_t id, seq = 1;
-    int fd = raw_open(&d, "closing-unread", &id);
+    int fd = th_raw_open(&d, "closing-unread", 1, &id);
     ck_assert_int_ge(fd, 0);
     uint8_t *data = calloc(1, D_TENSOR);
     ck_assert_ptr_nonnull(data);
@@ -1009,12 +868,12 @@ START_TEST(test_closing_connection_unread) {
     free(data);
     ck_assert_int_eq(send_downloads(fd, seq, 3, 1, D_TENSOR), 0);
     /* Encoded replies (data and fields) queued, not only reservations (data alone). */
-    for (int i = 0; i < 300 && reply_bytes_of(&d, id) <= 3 * D_TENSOR; i++) sleep_ms(10);
+    for (int i = 0; i < 300 && reply_bytes_of(&d, id) <= 3 * D_TENSOR; i++) th_sleep_ms(10);
     ck_assert_uint_gt(reply_bytes_of(&d, id), 3 * D_TENSOR);
     /* A header announcing more than the maximum: a protocol error, the connection is closing. */
     uint8_t header[4] = {0xff, 0xff, 0xff, 0x7f};
     ck_assert_int_eq(th_raw_send_bytes(fd, header, sizeof header), 0);
-    for (int i = 0; i < 300 && reply_bytes_of(&d, id) != UINT64_MAX; i++) sleep_ms(10);
+    for (int i = 0; i < 300 && reply_bytes_of(&d, id) != UINT64_MAX; i++) th_sleep_ms(10);
     ck_assert_uint_eq(reply_bytes_of(&d, id), UINT64_MAX);
     /* Unread, the replies hold the shutdown back; then the socket is closed under them. */
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
@@ -1050,7 +909,7 @@ START_TEST(test_uploads_behind_busy_stream_bounded) {
     th_daemon d;
     CK_DAEMON_START(&d, "--max-frame-bytes", "16M", "--client-reply-bytes", "16M", "--workers", "2");
     uint64_t id, seq = 1;
-    int fd = raw_open(&d, "busy-uploads", &id);
+    int fd = th_raw_open(&d, "busy-uploads", 1, &id);
     ck_assert_int_ge(fd, 0);
     const size_t mbytes = (size_t)I_SIDE * I_SIDE * sizeof(double);
     double *m = malloc(mbytes);
@@ -1111,30 +970,25 @@ START_TEST(test_uploads_behind_busy_stream_bounded) {
     ck_assert_int_eq(expect_ok(fd, sf.seq), 0);
 
     /* 40 Uploads into tensor 2 in one write, the last one's bytes marked. */
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0;
+    th_frames frames = {0};
     const uint64_t first = seq + 1;
     for (int i = 0; i < I_UPLOADS; i++) {
         th_fill_random(TF_F64, I_CHUNK / sizeof(double), chunk);
-        Tenferro__Frame f = TENFERRO__FRAME__INIT;
-        Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
-        up.tensor = 2;
-        up.data.data = (uint8_t *)chunk;
-        up.data.len = I_CHUNK;
+        Tenferro__Frame f;
+        Tenferro__Upload up;
+        th_raw_build_upload(&f, &up, 2, 0, (tf_dtype)0, 0, NULL, 0, chunk, I_CHUNK);
         f.seq = ++seq;
-        f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
-        f.upload = &up;
-        ck_assert_int_eq(append_frame(&buf, &len, &cap, &f), 0);
+        ck_assert_int_eq(th_frames_add(&frames, &f), 0);
     }
     /* A writer child, so the parent can watch the daemon while the socket is full. */
     pid_t writer = fork();
     ck_assert_int_ge(writer, 0);
-    if (writer == 0) _exit(th_raw_send_bytes(fd, buf, len) == 0 ? 0 : 1);
+    if (writer == 0) _exit(th_raw_send_bytes(fd, frames.bytes, frames.len) == 0 ? 0 : 1);
     uint64_t peak = 0;
     for (int i = 0; i < 150; i++) {
         uint64_t r = rss_bytes(d.pid);
         if (r > peak) peak = r;
-        sleep_ms(10);
+        th_sleep_ms(10);
     }
     fprintf(stderr, "uploads behind a busy stream: VmRSS %llu MiB before, peak %llu MiB (limit %llu MiB)\n",
             (unsigned long long)(base / MIB), (unsigned long long)(peak / MIB),
@@ -1166,7 +1020,7 @@ START_TEST(test_uploads_behind_busy_stream_bounded) {
     ck_assert_uint_eq(r->download_reply->data.len, I_CHUNK);
     ck_assert_int_eq(memcmp(r->download_reply->data.data, chunk, I_CHUNK), 0);
     tf__frame_free(r);
-    free(buf);
+    th_frames_free(&frames);
     free(chunk);
     ck_assert_uint_eq(reply_bytes_of(&d, id), 0);
     close(fd);

@@ -27,16 +27,6 @@
 
 /* ---- the library through the ring and through the socket ---- */
 
-/* Reference n x n matmul in double. */
-static void ref_matmul(int n, const double *a, const double *b, double *out) {
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) {
-            double s = 0;
-            for (int k = 0; k < n; k++) s += a[i * n + k] * b[k * n + j];
-            out[i * n + j] = s;
-        }
-}
-
 /* Operands of held_rounds' callbacks. */
 typedef struct held_args {
     tf_tensor a, b, prod, scaled;
@@ -74,7 +64,7 @@ static void held_rounds(tf_client *c, int rounds) {
         size_t bytes = 0;
         CK_STATUS(c, tf_download(c, x.scaled, (void **)&got, &bytes), TF_OK);
         ck_assert_uint_eq(bytes, sizeof want);
-        ref_matmul(N, a, b, want);
+        th_ref_matmul(N, N, N, a, b, want);
         for (int i = 0; i < N * N; i++) want[i] *= 2.0;
         ck_assert_double_le(th_max_rel_diff(TF_F64, N * N, got, want, 1e-3), 1e-10);
         free(got);
@@ -151,137 +141,71 @@ END_TEST
 
 /* ---- raw clients that write the ring by hand ---- */
 
-/* A raw connection past its handshake with its ring mapped. */
+/* A raw connection past its handshake with its ring mapped, and its sequence numbers. */
 typedef struct raw_ring {
-    int fd;
-    uint8_t *map;
-    tf_ring_header *h;
-    uint8_t *req, *rep;
-    uint32_t req_bytes, rep_bytes;
-    uint64_t head, rep_tail, seq, socket_seq;
+    th_raw_client c;
+    uint64_t seq;        /* the last number taken */
+    uint64_t socket_seq; /* the last frame sent on the socket */
 } raw_ring;
-
-static void put(raw_ring *r, uint8_t *base, uint32_t area, uint64_t pos, const void *src, size_t len) {
-    (void)r;
-    for (size_t i = 0; i < len; i++) base[(pos + i) % area] = ((const uint8_t *)src)[i];
-}
-
-static void get(uint8_t *dst, const uint8_t *base, uint32_t area, uint64_t pos, size_t len) {
-    for (size_t i = 0; i < len; i++) dst[i] = base[(pos + i) % area];
-}
 
 /* Sends a frame on the socket (numbering it) and returns the reply. */
 static Tenferro__Frame *raw_call(raw_ring *r, Tenferro__Frame *f) {
     f->seq = ++r->seq;
     r->socket_seq = f->seq;
-    ck_assert_int_eq(th_raw_send(r->fd, f), 0);
-    Tenferro__Frame *reply = th_raw_recv(r->fd, RAW_TIMEOUT_MS);
+    ck_assert_int_eq(th_raw_send(r->c.fd, f), 0);
+    Tenferro__Frame *reply = th_raw_recv(r->c.fd, RAW_TIMEOUT_MS);
     ck_assert_msg(reply != NULL, "no reply on the socket");
     return reply;
 }
 
 /* Connects, says Hello and maps the ring that must come with the reply. */
 static raw_ring raw_ring_open(const th_daemon *d) {
-    raw_ring r = {.fd = th_raw_connect(d)};
-    ck_assert_int_ge(r.fd, 0);
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Hello h = TENFERRO__HELLO__INIT;
-    h.protocol_version = TENFERRO__PROTOCOL__PROTOCOL_VERSION;
-    h.client_name = "raw-ring";
-    f.body_case = TENFERRO__FRAME__BODY_HELLO;
-    f.hello = &h;
-    f.seq = ++r.seq;
-    ck_assert_int_eq(th_raw_send(r.fd, &f), 0);
-    int page_fd = -1;
-    Tenferro__Frame *reply = th_raw_recv_fd(r.fd, RAW_TIMEOUT_MS, &page_fd);
-    ck_assert_msg(reply && reply->body_case == TENFERRO__FRAME__BODY_HELLO_REPLY, "no HelloReply");
-    Tenferro__HelloReply *hr = reply->hello_reply;
-    ck_assert_uint_eq(hr->ring_offset, TF_RING_OFFSET);
-    ck_assert_uint_ge(hr->ring_request_bytes, 4096);
-    ck_assert_uint_ge(hr->ring_reply_bytes, 4096);
-    size_t bytes = (size_t)hr->ring_offset + TF_RING_HEADER_BYTES + hr->ring_request_bytes +
-                   hr->ring_reply_bytes;
-    r.map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, page_fd, 0);
-    ck_assert_msg(r.map != MAP_FAILED, "cannot map the ring: %s", strerror(errno));
-    close(page_fd);
-    r.h = (tf_ring_header *)(r.map + hr->ring_offset);
-    r.req = r.map + hr->ring_offset + TF_RING_HEADER_BYTES;
-    r.req_bytes = hr->ring_request_bytes;
-    r.rep = r.req + r.req_bytes;
-    r.rep_bytes = hr->ring_reply_bytes;
-    tf__frame_free(reply);
-    ck_assert_int_eq(th_raw_send_mapped(r.fd, ++r.seq, 0), 0);
+    raw_ring r = {.seq = 0};
+    ck_assert_msg(th_raw_client_open(d, "raw-ring", &r.seq, &r.c) == 0,
+                  "no HelloReply with its page (see the harness's words above)");
+    ck_assert_uint_eq(r.c.ring_offset, TF_RING_OFFSET);
+    ck_assert_uint_ge(r.c.req_bytes, 4096);
+    ck_assert_uint_ge(r.c.rep_bytes, 4096);
     r.socket_seq = r.seq;
     return r;
 }
 
-static void raw_ring_close(raw_ring *r) {
-    munmap(r->map, TF_RING_MAP_BYTES);
-    close(r->fd);
-}
+static void raw_ring_close(raw_ring *r) { th_raw_client_close(&r->c); }
 
 /* Rings the doorbell (the daemon may be asleep). */
 static void doorbell(raw_ring *r) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__MailboxDoorbell b = TENFERRO__MAILBOX_DOORBELL__INIT;
-    f.body_case = TENFERRO__FRAME__BODY_MAILBOX_DOORBELL;
-    f.mailbox_doorbell = &b;
-    f.seq = r->seq + 1; /* a doorbell orders nothing: its number is not taken from the sequence */
-    ck_assert_int_eq(th_raw_send(r->fd, &f), 0);
+    /* A doorbell orders nothing: its number is not taken from the sequence. */
+    ck_assert_int_eq(th_raw_send_doorbell(r->c.fd, r->seq + 1), 0);
 }
 
 /* Writes raw bytes as one entry with the given header fields, publishes it and rings. */
 static void put_entry_bytes(raw_ring *r, uint64_t seq, uint64_t after, const void *body, uint32_t len) {
-    tf_ring_entry e = {.bytes = len, .seq = seq, .after_seq = after};
-    put(r, r->req, r->req_bytes, r->head, &e, sizeof e);
-    put(r, r->req, r->req_bytes, r->head + sizeof e, body, len);
-    r->head += (sizeof e + len + 7) & ~(size_t)7;
-    __atomic_store_n(&r->h->req_head, r->head, __ATOMIC_SEQ_CST);
+    th_ring_write(&r->c, seq, after, body, len);
     doorbell(r);
 }
 
 /* Writes frame f as the next entry (numbering it) and rings. */
 static void put_frame(raw_ring *r, Tenferro__Frame *f) {
     f->seq = ++r->seq;
-    size_t len = tenferro__frame__get_packed_size(f);
-    uint8_t *body = malloc(len);
-    tenferro__frame__pack(f, body);
-    put_entry_bytes(r, f->seq, r->socket_seq, body, (uint32_t)len);
-    free(body);
+    th_ring_write_frame(&r->c, f, r->socket_seq);
+    doorbell(r);
 }
 
 /* Waits for the next reply in the reply area; NULL after the timeout. */
 static Tenferro__Frame *ring_reply(raw_ring *r, int timeout_ms) {
-    for (int waited = 0; __atomic_load_n(&r->h->rep_head, __ATOMIC_ACQUIRE) == r->rep_tail; waited++) {
-        if (waited >= timeout_ms) return NULL;
-        usleep(1000);
-    }
-    tf_ring_entry e;
-    get((uint8_t *)&e, r->rep, r->rep_bytes, r->rep_tail, sizeof e);
-    uint8_t *body = malloc(e.bytes ? e.bytes : 1);
-    get(body, r->rep, r->rep_bytes, r->rep_tail + sizeof e, e.bytes);
-    r->rep_tail += (sizeof e + e.bytes + 7) & ~(uint64_t)7;
-    __atomic_store_n(&r->h->rep_tail, r->rep_tail, __ATOMIC_RELEASE);
-    Tenferro__Frame *f = tf__frame_decode(body, e.bytes);
-    free(body);
-    ck_assert_msg(f && f->seq == e.seq, "a reply in the ring does not decode or carries another seq");
+    Tenferro__Frame *f;
+    uint64_t seq;
+    if (!th_ring_read(&r->c, timeout_ms, &f, &seq)) return NULL;
+    ck_assert_msg(f && f->seq == seq, "a reply in the ring does not decode or carries another seq");
     return f;
 }
 
 /* Creates f64 tensor id of n elements holding `data`, through the socket. */
 static void raw_upload(raw_ring *r, uint64_t id, const double *data, size_t n) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Upload u = TENFERRO__UPLOAD__INIT;
+    Tenferro__Frame f;
+    Tenferro__Upload u;
     int64_t shape[1] = {(int64_t)n};
-    u.tensor = id;
-    u.create = 1;
-    u.dtype = TF_F64;
-    u.n_shape = 1;
-    u.shape = shape;
-    u.data.data = (uint8_t *)data;
-    u.data.len = n * sizeof *data;
-    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
-    f.upload = &u;
+    th_raw_build_upload(&f, &u, id, 1, TF_F64, 1, shape, 0, data, n * sizeof *data);
     CK_EXPECT_RESULT(raw_call(r, &f), TF_OK, NULL);
 }
 
@@ -359,7 +283,7 @@ START_TEST(test_ring_order_with_socket) {
     ff.free = &fr;
     ff.seq = ++r.seq;
     r.socket_seq = ff.seq;
-    ck_assert_int_eq(th_raw_send(r.fd, &ff), 0);
+    ck_assert_int_eq(th_raw_send(r.c.fd, &ff), 0);
     build_add(&f, &sub, &op, &ptr, in12, 4);
     put_frame(&r, &f);
     CK_EXPECT_RESULT(ring_reply(&r, RAW_TIMEOUT_MS), TF_ERR_UNKNOWN_HANDLE, "not live");
@@ -383,7 +307,7 @@ START_TEST(test_ring_order_with_socket) {
     fu.body_case = TENFERRO__FRAME__BODY_FREE;
     fu.free = &fr1;
     fu.seq = ++r.seq; /* r.seq + 1, as the entry names */
-    ck_assert_int_eq(th_raw_send(r.fd, &fu), 0);
+    ck_assert_int_eq(th_raw_send(r.c.fd, &fu), 0);
     r.seq++; /* the entry's number */
     CK_EXPECT_RESULT(ring_reply(&r, RAW_TIMEOUT_MS), TF_ERR_UNKNOWN_HANDLE, "not live");
     raw_ring_close(&r);
@@ -398,13 +322,13 @@ END_TEST
 
 /* Waits for the daemon's last word on the socket: a sequence-0 Result naming the ring. */
 static void expect_last_word(raw_ring *r, const char *needle) {
-    Tenferro__Frame *f = th_raw_recv(r->fd, RAW_TIMEOUT_MS);
+    Tenferro__Frame *f = th_raw_recv(r->c.fd, RAW_TIMEOUT_MS);
     ck_assert_msg(f != NULL, "no last word after a bad ring entry (%s)", needle);
     ck_assert_uint_eq(f->seq, 0);
     ck_assert_int_eq(f->body_case, TENFERRO__FRAME__BODY_RESULT);
     CK_RESULT(f->result, TF_ERR_PROTOCOL, needle);
     tf__frame_free(f);
-    ck_assert_msg(th_raw_closed(r->fd, RAW_TIMEOUT_MS), "the connection stayed open");
+    ck_assert_msg(th_raw_closed(r->c.fd, RAW_TIMEOUT_MS), "the connection stayed open");
 }
 
 /* Hostile entries, one per connection; each ends only its own connection, typed. */
@@ -421,13 +345,13 @@ START_TEST(test_ring_hostile_entries) {
             put_entry_bytes(&r, r.seq + 1, 0, junk, sizeof junk);
             needle = "does not decode";
         } else if (kind == 1) { /* req_head far beyond the area */
-            __atomic_store_n(&r.h->req_head, (uint64_t)r.req_bytes * 7 + 5, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&r.c.ring->req_head, (uint64_t)r.c.req_bytes * 7 + 5, __ATOMIC_SEQ_CST);
             doorbell(&r);
             needle = "req_head";
         } else if (kind == 2) { /* an entry longer than what was written */
             tf_ring_entry e = {.bytes = 60000, .seq = r.seq + 1};
-            put(&r, r.req, r.req_bytes, 0, &e, sizeof e);
-            __atomic_store_n(&r.h->req_head, (uint64_t)64, __ATOMIC_SEQ_CST);
+            th_ring_copy_in(r.c.req, r.c.req_bytes, 0, &e, sizeof e);
+            __atomic_store_n(&r.c.ring->req_head, (uint64_t)64, __ATOMIC_SEQ_CST);
             doorbell(&r);
             needle = "does not lie within";
         } else if (kind == 3) { /* a sequence number from the past */
@@ -455,7 +379,7 @@ START_TEST(test_ring_hostile_entries) {
             put_entry_bytes(&r, r.seq + 1, 0, body, (uint32_t)len);
             needle = "another sequence number";
         } else if (kind == 5) { /* a reply area the client claims to have read past */
-            __atomic_store_n(&r.h->rep_tail, (uint64_t)1 << 40, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&r.c.ring->rep_tail, (uint64_t)1 << 40, __ATOMIC_SEQ_CST);
             Tenferro__Frame f = TENFERRO__FRAME__INIT;
             Tenferro__SessionOpen so = TENFERRO__SESSION_OPEN__INIT;
             f.body_case = TENFERRO__FRAME__BODY_SESSION_OPEN;

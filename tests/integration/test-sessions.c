@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,22 +41,10 @@
 
 /* ---- assertions: CK_STATUS, CHILD_CHECK and CHILD_STATUS come from harness.h ---- */
 
-/*
- * A child must not outlive the test process that spawned it (a failed test would leave it waiting).
- */
-static void child_init(void) { prctl(PR_SET_PDEATHSIG, SIGKILL); }
-
 /* In a child: ties its life to the test process (child_init), then connects a client. */
 static tf_client *child_connect(const th_daemon *d) {
-    child_init();
+    th_die_with_parent();
     return th_connect(d);
-}
-
-/* Waits for a spawned child and asserts it exited with status 0. */
-static void expect_child_ok(pid_t pid, const char *what) {
-    ck_assert_msg(pid > 0, "could not spawn %s", what);
-    int rc = th_wait(pid);
-    ck_assert_msg(rc == 0, "%s (pid %d) exited with %d (see its messages above)", what, (int)pid, rc);
 }
 
 /* ---- daemons ---- */
@@ -71,13 +58,6 @@ static void start_daemon(th_daemon *d, const char *policy, const char *deadline_
 static void finish(th_daemon *d, tf_client *c) {
     tf_disconnect(c);
     CK_DAEMON_STOP(d);
-}
-
-/* Asserts a daemon counter reaches `value` within the counter timeout. */
-static void expect_counter(const th_daemon *d, const char *name, uint64_t value) {
-    int reached = th_wait_counter(d, name, value, COUNTER_TIMEOUT_MS);
-    ck_assert_msg(reached, "daemon counter %s is %llu, expected %llu", name,
-                  (unsigned long long)th_counter(d, name), (unsigned long long)value);
 }
 
 /* ---- gates: one-byte signals between processes over a pipe ---- */
@@ -141,12 +121,6 @@ static void await_gate(gate g, const pid_t *pids, int n, const char *what) {
 }
 
 /* ---- data ---- */
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* Uploads a row-major f64 tensor of rank 1 (cols == 0) or 2. */
 static tf_status upload_f64(tf_client *c, int64_t rows, int64_t cols, const double *data,
@@ -328,7 +302,7 @@ START_TEST(test_open_free_domain_and_reuse) {
 
     /* The same client can open again, and so can another process. */
     expect_open_close(c);
-    expect_child_ok(th_spawn(child_open_use_close, &d), "second client's open/use/close");
+    CK_CHILD_OK(th_spawn(child_open_use_close, &d), "second client's open/use/close");
 
     ck_assert_uint_eq(th_counter(&d, "sessions_opened"), 3);
     ck_assert_uint_eq(th_counter(&d, "sessions_closed"), 3);
@@ -415,7 +389,7 @@ START_TEST(test_second_open_same_client_reentered) {
     tf_session *other = NULL;
     CK_STATUS(c, tf_session_open(c, &other), TF_ERR_CONTENDED);
     close(fd);
-    expect_counter(&d, "sessions_reclaimed", 1);
+    CK_COUNTER(&d, "sessions_reclaimed", 1, COUNTER_TIMEOUT_MS);
     expect_open_close(c);
     finish(&d, c);
 }
@@ -430,9 +404,9 @@ START_TEST(test_scoped_by_holder_reentered) {
     tf_client *c = start_with_vectors(&d, "wait", "10000", &v);
     tf_session *s = open_held(c);
     int ran = 0;
-    double t0 = now_ms();
+    double t0 = th_now_ms();
     CK_STATUS(c, tf_with_session(c, cb_flag, &ran), TF_ERR_REENTERED);
-    ck_assert_msg(now_ms() - t0 < 2000, "the refusal waited (even under policy wait it must not)");
+    ck_assert_msg(th_now_ms() - t0 < 2000, "the refusal waited (even under policy wait it must not)");
     ck_assert_int_eq(ran, 0);
     expect_add_and_close(c, s, &v, "the session is unusable after the refused scoped entry");
     /* Once closed, the same scoped entry runs. */
@@ -480,14 +454,14 @@ static int child_contender(void *arg) {
     uint64_t accepted_before = th_counter(k->d, "ops_accepted");
     tf_status want = k->wait_policy ? TF_OK : TF_ERR_CONTENDED;
 
-    double t0 = now_ms();
+    double t0 = th_now_ms();
     tf_session *s = NULL;
     if (k->scoped) {
         CHILD_STATUS(c, tf_with_session(c, cb_matmul, &p.op), want);
     } else {
         CHILD_STATUS(c, tf_session_open(c, &s), want);
     }
-    double waited = now_ms() - t0;
+    double waited = th_now_ms() - t0;
 
     if (!k->wait_policy) {
         /* Rejected immediately: no wait, nothing ran, a refused burst's output is invalid. */
@@ -532,7 +506,7 @@ static void run_contention(int wait_policy, int scoped) {
     pid_t pid = th_spawn(child_contender, &k);
     if (wait_policy) {
         /* The child is parked in the FIFO and stays there while the holder works. */
-        expect_counter(&d, "admissions_queued", 1);
+        CK_COUNTER(&d, "admissions_queued", 1, COUNTER_TIMEOUT_MS);
         ck_assert_msg(!gate_wait(k.answered, 0), "the queued request returned while the domain was held");
         ck_assert_msg(held_add_works(c, s, &v), "the holder's session is unusable with a queued waiter");
         ck_assert_msg(!gate_wait(k.answered, 0), "the queued request returned while the domain was held");
@@ -546,7 +520,7 @@ static void run_contention(int wait_policy, int scoped) {
         expect_add_and_close(c, s, &v, "the holder's session is unusable after a refusal");
         ck_assert(gate_open(k.go));
     }
-    expect_child_ok(pid, scoped ? "scoped contender" : "held contender");
+    CK_CHILD_OK(pid, scoped ? "scoped contender" : "held contender");
     ck_assert_uint_eq(th_counter(&d, "sessions_opened"), scoped ? 1 : 2);
     ck_assert_uint_eq(th_counter(&d, "scoped_roots"), scoped ? 1 : 0);
     gate_free(k.answered);
@@ -756,10 +730,10 @@ START_TEST(test_scoped_entries_concurrent) {
     for (int i = 0; i < SCOPED_WORKERS; i++) pids[i] = th_spawn(child_scoped_worker, &w);
     for (int i = 0; i < SCOPED_WORKERS; i++) await_gate(w.ready, pids, SCOPED_WORKERS, "workers get ready");
     for (int i = 0; i < SCOPED_WORKERS; i++) ck_assert(gate_open(w.go));
-    for (int i = 0; i < SCOPED_WORKERS; i++) expect_child_ok(pids[i], "scoped worker");
+    for (int i = 0; i < SCOPED_WORKERS; i++) CK_CHILD_OK(pids[i], "scoped worker");
 
     ck_assert(gate_open(b.finish));
-    expect_child_ok(holder, "open scoped burst");
+    CK_CHILD_OK(holder, "open scoped burst");
     ck_assert_uint_eq(th_counter(&d, "scoped_roots"), SCOPED_WORKERS * SCOPED_ROUNDS + 1);
     ck_assert_uint_eq(th_counter(&d, "admissions_contended"), 0);
     ck_assert_uint_eq(th_counter(&d, "admissions_queued"), 0);
@@ -885,7 +859,7 @@ START_TEST(test_holder_killed_reclaimed) {
     pid_t opener = 0;
     if (wait_policy) {
         opener = th_spawn(child_waiting_opener, &k);
-        expect_counter(&d, "admissions_queued", 1);
+        CK_COUNTER(&d, "admissions_queued", 1, COUNTER_TIMEOUT_MS);
     } else {
         /* Under reject, another client is refused while the holder lives. */
         tf_client *c = th_connect(&d);
@@ -902,18 +876,18 @@ START_TEST(test_holder_killed_reclaimed) {
                 (unsigned long long)executed_at_kill);
 
     if (wait_policy) {
-        expect_child_ok(opener, "waiting opener");
+        CK_CHILD_OK(opener, "waiting opener");
     } else {
-        expect_counter(&d, "sessions_reclaimed", 1);
-        expect_child_ok(th_spawn(child_open_use_close, &d), "opener after the reclaim");
+        CK_COUNTER(&d, "sessions_reclaimed", 1, COUNTER_TIMEOUT_MS);
+        CK_CHILD_OK(th_spawn(child_open_use_close, &d), "opener after the reclaim");
     }
     ck_assert_uint_eq(th_counter(&d, "sessions_reclaimed"), 1);
     ck_assert_uint_eq(th_counter(&d, "sessions_opened"), 2);
     /* Everything the holder (and the opener, now gone) owned is freed. */
-    expect_counter(&d, "device_allocations_live", base_allocs);
-    expect_counter(&d, "device_bytes_live", base_bytes);
+    CK_COUNTER(&d, "device_allocations_live", base_allocs, COUNTER_TIMEOUT_MS);
+    CK_COUNTER(&d, "device_bytes_live", base_bytes, COUNTER_TIMEOUT_MS);
     ck_assert(gate_open(k.go));
-    expect_child_ok(bystander, "bystander");
+    CK_CHILD_OK(bystander, "bystander");
     ck_assert_uint_eq(th_counter(&d, "execution_errors"), 0);
 
     gate_free(k.ready);
@@ -936,9 +910,9 @@ static int child_timeout_opener(void *arg) {
     timeout_opener *t = arg;
     tf_client *c = child_connect(t->d);
     tf_session *s = NULL;
-    double t0 = now_ms();
+    double t0 = th_now_ms();
     CHILD_STATUS(c, tf_session_open(c, &s), TF_ERR_TIMEOUT);
-    double waited = now_ms() - t0;
+    double waited = th_now_ms() - t0;
     CHILD_CHECK(s == NULL);
     if (waited < 150 || waited > 10000)
         fprintf(stderr, "[child %d] waited %.0f ms for a 200 ms deadline\n", (int)getpid(), waited);
@@ -972,7 +946,7 @@ START_TEST(test_queued_opener_deadline) {
     ck_assert_uint_eq(th_counter(&d, "sessions_opened"), 1);
     expect_add_and_close(c, s, &v, "the holder's session is unusable after the timeout");
     ck_assert(gate_open(t.go));
-    expect_child_ok(pid, "timed-out opener");
+    CK_CHILD_OK(pid, "timed-out opener");
     ck_assert_uint_eq(th_counter(&d, "sessions_opened"), 2);
     ck_assert_uint_eq(th_counter(&d, "admissions_timed_out"), 1);
     gate_free(t.timed_out);
@@ -1110,7 +1084,7 @@ START_TEST(test_close_submits_queued_work) {
     CK_STATUS(c, tf_session_close(s, &stats), TF_OK);
     expect_stats(&stats, &(tf_session_counters){.held_operations = 1, .close_submits = 1,
                                                 .queued_ops = 10});
-    expect_child_ok(th_spawn(child_open_at_once, &d), "opener after close");
+    CK_CHILD_OK(th_spawn(child_open_at_once, &d), "opener after close");
     static double want[10][VLEN];
     mixed_chain_ref(&v, want);
     for (int i = 0; i < 10; i++) ck_assert_msg(check_f64(c, m.out[i], want[i], VLEN), "output %d", i);
@@ -1210,8 +1184,8 @@ START_TEST(test_release_discards_queued_work) {
     CK_STATUS(c, tf_session_with(s, cb_mixed_chain, &m), TF_OK);
     tf_session_release(s);
     /* The release has no reply: its counter orders it before the next opener. */
-    expect_counter(&d, "sessions_released", 1);
-    expect_child_ok(th_spawn(child_open_at_once, &d), "opener after release");
+    CK_COUNTER(&d, "sessions_released", 1, COUNTER_TIMEOUT_MS);
+    CK_CHILD_OK(th_spawn(child_open_at_once, &d), "opener after release");
     for (int i = 0; i < 10; i++) {
         void *data = NULL;
         size_t bytes = 0;
@@ -1375,7 +1349,7 @@ START_TEST(test_submission_larger_than_a_frame) {
     ck_assert_uint_eq(stats.failed_submits, 0);
     ck_assert_uint_gt(th_counter(&d, "batches") - batches, 1);
     ck_assert_uint_eq(th_counter(&d, "sessions_closed"), 1);
-    expect_child_ok(th_spawn(child_open_at_once, &d), "opener after a multi-frame close");
+    CK_CHILD_OK(th_spawn(child_open_at_once, &d), "opener after a multi-frame close");
     ck_assert(check_f64(c, a.acc, want, VLEN));
 
     /* Scoped: one burst over several frames, admitted once, synchronized at its end. */
@@ -1400,7 +1374,7 @@ typedef struct orphan {
  * SIGPIPE.
  */
 static int child_orphan(void *arg) {
-    child_init();
+    th_die_with_parent();
     signal(SIGPIPE, SIG_DFL); /* a SIGPIPE would kill this child: the parent sees 128 + SIGPIPE */
     orphan *o = arg;
     tf_client *c = th_connect(o->d);

@@ -59,16 +59,9 @@ static const tf_dtype all_dtypes[4] = {TF_F32, TF_F64, TF_C64, TF_C128};
 #define OK(c, call) CK_STATUS(c, call, TF_OK)
 
 
-/* malloc that fails the test instead of returning NULL. */
-static void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
-
 /* A vector of n elements of dt filled with fresh random values. */
 static void *random_vector(tf_dtype dt, size_t n) {
-    void *p = xmalloc(n * tf_dtype_size(dt));
+    void *p = th_xmalloc(n * tf_dtype_size(dt));
     th_fill_random(dt, n, p);
     return p;
 }
@@ -126,12 +119,6 @@ static void download_through(tf_client *c, tf_tensor t, tf_pinned_buffer *b) {
     wait_ok(c, p, t, b);
 }
 
-/* Asserts a daemon counter reaches `value` within WAIT_MS. */
-static void expect_counter(const th_daemon *d, const char *name, uint64_t value) {
-    ck_assert_msg(th_wait_counter(d, name, value, WAIT_MS), "counter %s is %llu, expected %llu",
-                  name, (unsigned long long)th_counter(d, name), (unsigned long long)value);
-}
-
 /* The daemon's memory counters that must come back after transfers end. */
 static const char *const memory_counters[] = {"pinned_buffers_live", "pinned_bytes_live",
                                               "device_bytes_live", "device_allocations_live"};
@@ -150,7 +137,7 @@ static memory memory_now(const th_daemon *d) {
 
 /* Asserts every memory counter comes back to its value in `m`. */
 static void expect_memory(const th_daemon *d, const memory *m) {
-    for (size_t i = 0; i < N_MEMORY_COUNTERS; i++) expect_counter(d, memory_counters[i], m->v[i]);
+    for (size_t i = 0; i < N_MEMORY_COUNTERS; i++) CK_COUNTER(d, memory_counters[i], m->v[i], WAIT_MS);
 }
 
 /* Starts a daemon without extra arguments or fails the test. */
@@ -203,7 +190,7 @@ START_TEST(test_round_trips) {
         ck_assert_msg(memcmp(reused, x, bytes) == 0, "download_into of %zu %s elements differs", n,
                       tf_dtype_name(dt));
         /* Upload, download, download_into: staged ones are transfers, inline ones are not. */
-        expect_counter(&d, "transfers_completed", moved + (staged ? 3 : 0));
+        CK_COUNTER(&d, "transfers_completed", moved + (staged ? 3 : 0), WAIT_MS);
 
         void *y = random_vector(dt, n);
         tf_pinned_buffer *in = new_buffer(c, bytes), *out = new_buffer(c, bytes);
@@ -223,11 +210,11 @@ START_TEST(test_round_trips) {
     }
     free(reused);
     /* Only the staging buffer is left, and no tensor. */
-    expect_counter(&d, "pinned_buffers_live", 1);
-    expect_counter(&d, "device_bytes_live", 0);
+    CK_COUNTER(&d, "pinned_buffers_live", 1, WAIT_MS);
+    CK_COUNTER(&d, "device_bytes_live", 0, WAIT_MS);
     tf_disconnect(c);
-    expect_counter(&d, "pinned_buffers_live", 0);
-    expect_counter(&d, "pinned_bytes_live", 0);
+    CK_COUNTER(&d, "pinned_buffers_live", 0, WAIT_MS);
+    CK_COUNTER(&d, "pinned_bytes_live", 0, WAIT_MS);
     stop(&d);
 }
 END_TEST
@@ -416,7 +403,7 @@ START_TEST(test_staging_reused) {
     tf_tensor t = upload_vector(c, TF_F64, 5 * n, big);
     expect_tensor(c, t, big, 5 * n * sizeof *big);
     ck_assert_uint_eq(th_counter(&d, "pinned_buffers_created"), 2);
-    expect_counter(&d, "pinned_buffers_live", 1);
+    CK_COUNTER(&d, "pinned_buffers_live", 1, WAIT_MS);
     free(big);
     free(got);
     finish(&d, c);
@@ -455,13 +442,6 @@ END_TEST
 
 /* ---- release ---- */
 
-/* A scoped-session callback that queues nothing: its end waits for the stream to drain. */
-static tf_status queue_nothing(tf_view *v, void *arg) {
-    (void)v;
-    (void)arg;
-    return TF_OK;
-}
-
 /* Bytes of the released transfer: large enough to be in flight when released. */
 #define RELEASE_BYTES ((size_t)64 << 20)
 
@@ -482,7 +462,7 @@ START_TEST(test_release_detaches) {
     tf_tensor warm = upload_vector(c, TF_F64, n, x);
     OK(c, tf_tensor_free(c, warm));
     /* The free runs on the stream: an empty scoped session returns once it has. */
-    OK(c, tf_with_session(c, queue_nothing, NULL));
+    OK(c, tf_with_session(c, th_queue_nothing, NULL));
     memory base = memory_now(&d);
     const uint64_t detached = th_counter(&d, "transfers_detached");
     for (int round = 0; round < 3; round++) {
@@ -500,7 +480,7 @@ START_TEST(test_release_detaches) {
         size_t bytes;
         CK_STATUS(c, tf_tensor_bytes(c, t, &bytes), TF_ERR_UNKNOWN_HANDLE);
         expect_memory(&d, &base);
-        expect_counter(&d, "transfers_detached", detached + (uint64_t)round + 1);
+        CK_COUNTER(&d, "transfers_detached", detached + (uint64_t)round + 1, WAIT_MS);
     }
     /* The connection goes on working, transfers included. */
     tf_tensor t = upload_vector(c, TF_F64, 4, x);
@@ -562,12 +542,12 @@ START_TEST(test_slot_exhaustion) {
                 b[i] = new_buffer(c, sizeof v);
             }
             /* The released copies retire (their buffers freed) before the next round counts. */
-            expect_counter(&d, "pinned_buffers_live", MANY);
+            CK_COUNTER(&d, "pinned_buffers_live", MANY, WAIT_MS);
         }
         memset(p, 0, sizeof p);
     }
     tf_disconnect(c);
-    expect_counter(&d, "pinned_buffers_live", 0);
+    CK_COUNTER(&d, "pinned_buffers_live", 0, WAIT_MS);
     stop(&d);
 }
 END_TEST
@@ -702,7 +682,7 @@ START_TEST(test_transfers_keep_session_order) {
     start(&d);
     tf_client *c = th_connect(&d);
     const size_t n = 50000;
-    double *x = random_vector(TF_F64, n), *twice = xmalloc(n * sizeof *twice);
+    double *x = random_vector(TF_F64, n), *twice = th_xmalloc(n * sizeof *twice);
     for (size_t i = 0; i < n; i++) twice[i] = x[i] + x[i];
     ordered o = {.c = c, .in = upload_vector(c, TF_F64, n, x), .b = new_buffer(c, n * sizeof *x)};
 
@@ -817,7 +797,7 @@ static void bystander_round_trip(tf_client *c) {
     OK(c, tf_pinned_buffer_free(b));
     OK(c, tf_tensor_free(c, t));
     /* The free runs on the stream: wait for it, so a baseline taken next is settled. */
-    OK(c, tf_with_session(c, queue_nothing, NULL));
+    OK(c, tf_with_session(c, th_queue_nothing, NULL));
 }
 
 /*

@@ -19,18 +19,10 @@ static uint64_t g_seq = 1; /* the Hello was 1 */
 /* Sends an Upload creating tensor id of dtype and shape with the given bytes; asserts OK. */
 static void upload_raw(int fd, uint64_t id, tf_dtype dtype, int rank, int64_t *shape,
                        const void *data, size_t bytes) {
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Upload up = TENFERRO__UPLOAD__INIT;
-    up.tensor = id;
-    up.create = 1;
-    up.dtype = (uint32_t)dtype;
-    up.n_shape = (size_t)rank;
-    up.shape = shape;
-    up.data.data = (uint8_t *)data;
-    up.data.len = bytes;
+    Tenferro__Frame f;
+    Tenferro__Upload up;
+    th_raw_build_upload(&f, &up, id, 1, dtype, rank, shape, 0, data, bytes);
     f.seq = ++g_seq;
-    f.body_case = TENFERRO__FRAME__BODY_UPLOAD;
-    f.upload = &up;
     ck_assert_int_eq(th_raw_send(fd, &f), 0);
     CK_EXPECT_RESULT(th_raw_recv(fd, 10000), TF_OK, NULL);
 }
