@@ -121,68 +121,29 @@ static void finish(void) {
 
 /* ---- host data: widening to double complex, narrowing back, comparing ---- */
 
-static int is_complex(tf_dtype dt) { return dt == TF_C64 || dt == TF_C128; }
-
-/* The real dtype of a complex one's modulus (abs of c64 is f32). */
-static tf_dtype real_of(tf_dtype dt) { return dt == TF_C64 ? TF_F32 : dt == TF_C128 ? TF_F64 : dt; }
-
-static size_t numel(int rank, const int64_t *shape) {
-    size_t n = 1;
-    for (int i = 0; i < rank; i++) n *= (size_t)shape[i];
-    return n;
-}
-
 /* A coefficient as the daemon applies it to dtype dt: the imaginary part only for complex. */
 static double complex coefficient(tf_dtype dt, tf_scalar s) {
-    return is_complex(dt) ? CMPLX(s.re, s.im) : CMPLX(s.re, 0.0);
+    return th_is_complex(dt) ? CMPLX(s.re, s.im) : CMPLX(s.re, 0.0);
 }
 
-/* Widens n elements of dtype dt to double complex (imaginary part 0 for real dtypes). */
+/* Widens n elements of dtype dt to double complex, into a buffer finish() releases. */
 static double complex *widen(tf_dtype dt, size_t n, const void *buf) {
     double complex *z = scratch(n * sizeof *z);
-    for (size_t i = 0; i < n; i++) {
-        switch (dt) {
-        case TF_F32: z[i] = ((const float *)buf)[i]; break;
-        case TF_F64: z[i] = ((const double *)buf)[i]; break;
-        case TF_C64: {
-            const float *f = buf;
-            z[i] = CMPLX(f[2 * i], f[2 * i + 1]);
-            break;
-        }
-        case TF_C128: {
-            const double *d = buf;
-            z[i] = CMPLX(d[2 * i], d[2 * i + 1]);
-            break;
-        }
-        }
-    }
+    th_widen(dt, n, buf, z);
     return z;
 }
 
-/* Rounds n double complex values to dtype dt's layout (real dtypes keep the real part). */
+/* Rounds n double complex values to dtype dt's layout, into a buffer finish() releases. */
 static void *narrow(tf_dtype dt, size_t n, const double complex *z) {
     void *buf = scratch(n * tf_dtype_size(dt));
-    for (size_t i = 0; i < n; i++) {
-        switch (dt) {
-        case TF_F32: ((float *)buf)[i] = (float)creal(z[i]); break;
-        case TF_F64: ((double *)buf)[i] = creal(z[i]); break;
-        case TF_C64:
-            ((float *)buf)[2 * i] = (float)creal(z[i]);
-            ((float *)buf)[2 * i + 1] = (float)cimag(z[i]);
-            break;
-        case TF_C128:
-            ((double *)buf)[2 * i] = creal(z[i]);
-            ((double *)buf)[2 * i + 1] = cimag(z[i]);
-            break;
-        }
-    }
+    th_narrow(dt, n, z, buf);
     return buf;
 }
 
 /* Uploads fresh random (or positive) values; *values receives them widened, for references. */
 static tf_tensor upload_fresh(tf_dtype dt, int rank, const int64_t *shape, int positive,
                               double complex **values) {
-    size_t n = numel(rank, shape);
+    size_t n = th_numel(rank, shape);
     void *buf = scratch(n * tf_dtype_size(dt));
     (positive ? th_fill_positive : th_fill_random)(dt, n, buf);
     tf_tensor t = 0;
@@ -206,7 +167,7 @@ static void *fetch(tf_tensor t, tf_dtype dt, int rank, const int64_t *shape) {
     size_t bytes = 0;
     EXPECT_OK(tf_download(F.c, t, &data, &bytes));
     keep_host(data);
-    ck_assert_uint_eq(bytes, numel(rank, shape) * tf_dtype_size(dt));
+    ck_assert_uint_eq(bytes, th_numel(rank, shape) * tf_dtype_size(dt));
     return data;
 }
 
@@ -327,7 +288,7 @@ static const ew_op ew_ops[] = {
 START_TEST(test_elementwise) {
     const tf_dtype dt = all_dtypes[_i];
     const int64_t shape[3] = {7, 11, 13};
-    const size_t n = numel(3, shape);
+    const size_t n = th_numel(3, shape);
     const double complex alpha = coefficient(dt, ALPHA), beta = coefficient(dt, BETA);
     start(NULL);
     for (size_t k = 0; k < N_EW_OPS; k++) {
@@ -336,7 +297,7 @@ START_TEST(test_elementwise) {
         double complex *x[2] = {NULL, NULL};
         for (int i = 0; i < op->arity; i++)
             job.in[i] = upload_fresh(dt, 3, shape, op->positive, &x[i]);
-        const tf_dtype out_dt = op->real_out ? real_of(dt) : dt;
+        const tf_dtype out_dt = op->real_out ? th_real_of(dt) : dt;
         const int held = (int)(k + (size_t)_i) % 2;
         const void *got = run_fetch(held, run_call, &job, &job.out, out_dt, 3, shape);
         double complex *ref = scratch(n * sizeof *ref);
@@ -437,7 +398,7 @@ static void unravel(size_t li, int rank, const int64_t *shape, int64_t *idx) {
 
 /* The reference of a shaped case, by index arithmetic on every input element. */
 static void shaped_ref(const shaped_case *sc, const double complex *x, double complex *out) {
-    const size_t n_in = numel(sc->rank, sc->shape), n_out = numel(sc->rank_out, sc->shape_out);
+    const size_t n_in = th_numel(sc->rank, sc->shape), n_out = th_numel(sc->rank_out, sc->shape_out);
     int64_t idx[TF_MAX_RANK];
     if (sc->kind == RESHAPE || sc->kind == COPY) {
         memcpy(out, x, n_in * sizeof *x);
@@ -477,12 +438,12 @@ START_TEST(test_shaped) {
     start(NULL);
     for (size_t k = 0; k < N_SHAPED_CASES; k++) {
         const shaped_case *sc = &shaped_cases[k];
-        if (sc->kind == REDUCE && sc->reduce != TF_REDUCE_SUM && is_complex(dt)) continue;
+        if (sc->kind == REDUCE && sc->reduce != TF_REDUCE_SUM && th_is_complex(dt)) continue;
         double complex *x;
         shaped_job job = {sc, upload_fresh(dt, sc->rank, sc->shape, 0, &x), 0};
         const void *got = run_fetch((int)(k + (size_t)_i) % 2, run_shaped, &job, &job.out, dt,
                                     sc->rank_out, sc->shape_out);
-        const size_t n_in = numel(sc->rank, sc->shape), n_out = numel(sc->rank_out, sc->shape_out);
+        const size_t n_in = th_numel(sc->rank, sc->shape), n_out = th_numel(sc->rank_out, sc->shape_out);
         double complex *ref = scratch(n_out * sizeof *ref);
         shaped_ref(sc, x, ref);
         /* Moves and max/min are exact; a sum of k terms may round k times. */
@@ -575,7 +536,7 @@ START_TEST(test_matmul) {
         out_shape[r - 1] = mc->b[r - 1];
         const int held = (int)(k + (size_t)_i) % 2;
         const void *got = run_fetch(held, run_call, &job, &job.out, dt, r, out_shape);
-        const size_t n_out = numel(r, out_shape);
+        const size_t n_out = th_numel(r, out_shape);
         double complex *ref = scratch(n_out * sizeof *ref);
         matmul_ref(mc, a, b, ref);
         char what[64];
@@ -617,7 +578,7 @@ static tf_status run_chain(tf_view *v, void *arg) {
 /* The chain checked end to end for every dtype: scoped (downloading inside the burst) and held. */
 START_TEST(test_chain) {
     const int64_t shape[3] = {5, 9, 11};
-    const size_t n = numel(3, shape);
+    const size_t n = th_numel(3, shape);
     start(NULL);
     for (int k = 0; k < 8; k++) {
         const tf_dtype dt = all_dtypes[k % 4];
@@ -678,7 +639,7 @@ START_TEST(test_download_into_reuses) {
     start(NULL);
     const tf_dtype dt = TF_C64;
     const int64_t shape[2] = {7, 11}, big_shape[2] = {13, 17};
-    const size_t n = numel(2, shape);
+    const size_t n = th_numel(2, shape);
     double complex *x;
     call_job job = {NULL, NULL, 1, ALPHA, BETA, {upload_fresh(dt, 2, shape, 0, &x), 0}, 0};
     void *buf = NULL, *first = NULL;
@@ -705,8 +666,8 @@ START_TEST(test_download_into_reuses) {
     EXPECT_OK(tf_download_into(F.c, big, &buf, &cap));
     keep_host(buf);
     ck_assert_uint_gt(cap, first_cap);
-    ck_assert_uint_eq(cap, numel(2, big_shape) * tf_dtype_size(dt));
-    expect_close("download_into grown", dt, numel(2, big_shape), buf, y, 1.0, 0.0);
+    ck_assert_uint_eq(cap, th_numel(2, big_shape) * tf_dtype_size(dt));
+    expect_close("download_into grown", dt, th_numel(2, big_shape), buf, y, 1.0, 0.0);
     finish();
 }
 END_TEST
