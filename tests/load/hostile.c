@@ -61,7 +61,7 @@ typedef struct hostile {
     uint64_t seq;
 } hostile;
 
-static uint64_t rnd(hostile *h) { return splitmix(&h->rng); }
+static uint64_t rnd(hostile *h) { return th_splitmix(&h->rng); }
 /* Uniform in [0, n). */
 static int below(hostile *h, int n) { return n <= 1 ? 0 : (int)(rnd(h) % (uint64_t)n); }
 
@@ -229,7 +229,7 @@ static void truncated(hostile *h) {
     if (th_raw_send_bytes(fd, buf, cut) == 0 && below(h, 2)) {
         int hold = 100 + below(h, 900);
         if (hold > left_ms(h)) hold = left_ms(h);
-        sleep_ms(hold);
+        th_sleep_ms(hold);
     }
     free(buf);
     close(fd);
@@ -255,7 +255,7 @@ static void big_partial(hostile *h) {
     if (th_raw_send_bytes(fd, buf, 4 + part) == 0) {
         int hold = 200 + below(h, 800);
         if (hold > left_ms(h)) hold = left_ms(h);
-        sleep_ms(hold);
+        th_sleep_ms(hold);
     }
     free(buf);
     close(fd);
@@ -430,7 +430,7 @@ static void never_hello(hostile *h) {
             open += !closed[i];
         }
         if (open == 0 || now_ms() >= until) break;
-        sleep_ms(20);
+        th_sleep_ms(20);
     }
     for (int i = 0; i < n; i++) {
         if (fds[i] < 0) {
@@ -490,6 +490,6 @@ void hostile_main(const th_daemon *d, uint64_t seed, uint64_t deadline_ms, repor
     /* Stop a little before the deadline: a refusal may take the daemon a moment to close. */
     while (left_ms(&h) > 1500) {
         actions[below(&h, n_actions)](&h);
-        sleep_ms(10 + below(&h, 40));
+        th_sleep_ms(10 + below(&h, 40));
     }
 }

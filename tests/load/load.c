@@ -113,7 +113,6 @@ typedef struct value {
     int pending; /* produced by a held session's operation not yet submitted */
 } value;
 
-static int is_complex(tf_dtype dt) { return dt == TF_C64 || dt == TF_C128; }
 static double dtype_eps(tf_dtype dt) { return (dt == TF_F32 || dt == TF_C64) ? 0x1p-23 : 0x1p-52; }
 
 /* A value of the given dtype and shape with a zeroed reference (no handle yet). */
@@ -205,7 +204,7 @@ typedef struct child {
     report rep;
 } child;
 
-static uint64_t rnd(child *ch) { return splitmix(&ch->rng); }
+static uint64_t rnd(child *ch) { return th_splitmix(&ch->rng); }
 /* Uniform in [0, n). */
 static int rnd_below(child *ch, int n) { return n <= 1 ? 0 : (int)(rnd(ch) % (uint64_t)n); }
 /* 1 with probability pct percent. */
@@ -290,7 +289,7 @@ static value *random_input(child *ch, tf_dtype dt, int rank, const int64_t *shap
     value *v = value_new(dt, rank, shape);
     for (size_t i = 0; i < v->n; i++) {
         double re = (0.1 + 0.9 * rnd_unit(ch)) * (chance(ch, 50) ? 1 : -1);
-        double im = is_complex(dt) ? (0.1 + 0.9 * rnd_unit(ch)) * (chance(ch, 50) ? 1 : -1) : 0;
+        double im = th_is_complex(dt) ? (0.1 + 0.9 * rnd_unit(ch)) * (chance(ch, 50) ? 1 : -1) : 0;
         if (dt == TF_F32 || dt == TF_C64) {
             re = (float)re;
             im = (float)im;
@@ -362,7 +361,7 @@ static value *ref_neg(const value *a) {
 
 /* out.shape[i] = a.shape[perm[i]]. */
 static value *ref_permute(const value *a, const int *perm) {
-    int64_t shape[TF_MAX_RANK], in_strides[TF_MAX_RANK], idx[TF_MAX_RANK] = {0};
+    int64_t shape[TF_MAX_RANK] = {0}, in_strides[TF_MAX_RANK], idx[TF_MAX_RANK] = {0};
     for (int i = 0; i < a->rank; i++) shape[i] = a->shape[perm[i]];
     value *o = value_new(a->dt, a->rank, shape);
     strides_of(a->rank, a->shape, in_strides);
@@ -553,7 +552,7 @@ static int connect_child(child *ch) {
         }
         unexpected(ch, "tf_connect returned %s: %s", tf_status_name(st), c ? tf_client_last_error(c) : "");
         tf_disconnect(c);
-        sleep_ms(20);
+        th_sleep_ms(20);
     }
     return -1;
 }
@@ -671,7 +670,7 @@ static int matmul_rhs(const value *a, const value *b) {
 static tf_scalar rnd_scalar(child *ch, tf_dtype dt) {
     tf_scalar x = {(rnd_below(ch, 16) - 8) / 4.0, 0};
     if (x.re == 0) x.re = 0.75;
-    if (is_complex(dt)) x.im = (rnd_below(ch, 16) - 8) / 4.0;
+    if (th_is_complex(dt)) x.im = (rnd_below(ch, 16) - 8) / 4.0;
     return x;
 }
 
@@ -733,7 +732,7 @@ static tf_status queue_random_op(sess *s, tf_view *v) {
         } else if (kind == 7) { /* reduction */
             if (a->rank < 1) goto retry;
             tf__op_kind k = TF__OP_REDUCE_SUM;
-            if (!is_complex(a->dt) && chance(ch, 50)) k = chance(ch, 50) ? TF__OP_REDUCE_MAX : TF__OP_REDUCE_MIN;
+            if (!th_is_complex(a->dt) && chance(ch, 50)) k = chance(ch, 50) ? TF__OP_REDUCE_MAX : TF__OP_REDUCE_MIN;
             unsigned mask = 0;
             int axes[TF_MAX_RANK], n_axes = 0;
             if (!chance(ch, 25))
@@ -1044,10 +1043,10 @@ static void held_session(child *ch) {
                              TF_OK, TF_OK, "tf_download(held)");
         }
         maybe_die(ch, KILL_IN_SESSION);
-        if (chance(ch, 30)) sleep_ms(rnd_below(ch, 4));
+        if (chance(ch, 30)) th_sleep_ms(rnd_below(ch, 4));
     }
     /* Now and then hold the domain past the wait deadline, so queued openers time out. */
-    if (chance(ch, 1)) sleep_ms(100 + rnd_below(ch, 200));
+    if (chance(ch, 1)) th_sleep_ms(100 + rnd_below(ch, 200));
     maybe_die(ch, KILL_IN_SESSION);
     int end = rnd_below(ch, 100);
     if (ch->resync) end = 70; /* after an unexpected failure: just let go */
@@ -1517,17 +1516,17 @@ static int spawn(driver *dr, slot *s, child_kind kind, uint64_t deadline) {
     totals *t = &dr->t;
     a->index = (int)t->run;
     a->kind = kind;
-    a->seed = splitmix(&dr->rng);
+    a->seed = th_splitmix(&dr->rng);
     a->report_fd = p[1];
     a->other_fd = p[0];
     a->deadline_ms = deadline;
     a->kill = KILL_NONE;
     uint64_t now = now_ms();
-    if (kind == CHILD_LOAD && splitmix(&dr->rng) % (uint64_t)dr->kill_one_in == 0 &&
+    if (kind == CHILD_LOAD && th_splitmix(&dr->rng) % (uint64_t)dr->kill_one_in == 0 &&
         deadline > now + 100) {
         static const kill_mode modes[3] = {KILL_TIMER, KILL_IN_SESSION, KILL_IN_TRANSFER};
-        a->kill = modes[splitmix(&dr->rng) % 3];
-        a->kill_at_ms = now + splitmix(&dr->rng) % (deadline - now);
+        a->kill = modes[th_splitmix(&dr->rng) % 3];
+        a->kill_at_ms = now + th_splitmix(&dr->rng) % (deadline - now);
     }
     /* The child works on its copy of *a, taken at the fork. */
     pid_t pid = th_spawn(child_main, a);
@@ -1626,7 +1625,7 @@ static void run_phase(driver *dr, slot *slots, int n, int n_hostile, uint64_t de
             alive = residents_left;
         }
         if (running == 0) return;
-        sleep_ms(5);
+        th_sleep_ms(5);
     }
 }
 
@@ -1659,7 +1658,7 @@ static int quiet_begin(soak_ctl *ctl, int n_residents) {
     uint64_t t0 = now_ms();
     while ((int)atomic_load(&ctl->acks) < n_residents) {
         if (now_ms() - t0 > QUIET_ACK_MS) return -1;
-        sleep_ms(5);
+        th_sleep_ms(5);
     }
     return 0;
 }
@@ -1726,7 +1725,7 @@ static int run_soak(driver *dr, const soak_opts *so, int clients, int n_hostile,
     atomic_store(&ctl->stop, 1);
     atomic_store(&ctl->quiet, 0);
     uint64_t stop_at = now_ms();
-    while (reap(dr, residents, so->residents, stop_at, 0) > 0) sleep_ms(5);
+    while (reap(dr, residents, so->residents, stop_at, 0) > 0) th_sleep_ms(5);
     int failed = soak_judge(stdout, samples, n);
     int peak_i = 0;
     for (int i = 1; i < n; i++)
@@ -1782,7 +1781,7 @@ int main(int argc, char **argv) {
     memset(&dr, 0, sizeof dr);
     dr.rng = seed;
     dr.kill_one_in = so.enabled ? 3 : KILL_ONE_IN;
-    int wait_policy = (int)(splitmix(&dr.rng) & 1);
+    int wait_policy = (int)(th_splitmix(&dr.rng) & 1);
     const char *policy = wait_policy ? "wait" : "reject";
     const char *daemon_bin = getenv("TENFERRO_DAEMON") ? getenv("TENFERRO_DAEMON") : "build/tenferrod";
     printf("# load: seed=%" PRIu64 " policy=%s wait_deadline_ms=%s clients=%d hostile=%d seconds=%d device=%s daemon=%s\n",
@@ -1835,7 +1834,7 @@ int main(int argc, char **argv) {
             break;
         }
         if (now_ms() - t0 > SETTLE_MS) break;
-        sleep_ms(50);
+        th_sleep_ms(50);
     }
     int daemon_ok = dr.daemon_ok && d->pid > 0;
     const totals *t = &dr.t;

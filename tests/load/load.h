@@ -52,24 +52,8 @@ static inline void report_expected(report *r, int status) {
 
 /* ---- time and randomness ---- */
 
-static inline uint64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static inline void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* splitmix64: seeds children from the run's seed and drives each child's choices. */
-static inline uint64_t splitmix(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+/* Milliseconds of the monotonic clock, whole (the harness's th_now_ms). */
+static inline uint64_t now_ms(void) { return (uint64_t)th_now_ms(); }
 
 /* ---- the soak's control block (MAP_SHARED, made before the children are forked) ---- */
 

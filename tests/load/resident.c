@@ -50,7 +50,7 @@ typedef struct resident {
     size_t dl_cap;
 } resident;
 
-static uint64_t rnd(resident *r) { return splitmix(&r->rng); }
+static uint64_t rnd(resident *r) { return th_splitmix(&r->rng); }
 
 /* Counts an outcome that breaks the contract and prints the first few. */
 static void unexpected(resident *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -195,11 +195,11 @@ void resident_main(const th_daemon *d, uint64_t seed, int index, soak_ctl *ctl, 
                 acked_epoch = e;
                 atomic_fetch_add(&ctl->acks, 1);
             }
-            sleep_ms(10);
+            th_sleep_ms(10);
             continue;
         }
         if (!ready) {
-            sleep_ms(10);
+            th_sleep_ms(10);
             continue;
         }
         unsigned round = atomic_load(&ctl->round);
@@ -215,7 +215,7 @@ void resident_main(const th_daemon *d, uint64_t seed, int index, soak_ctl *ctl, 
         default: check_tensor(&r, f->t, f, 1.0, "a fixed tensor"); break;
         }
         rep->c[C_resident_actions]++;
-        sleep_ms(5 + (int)(rnd(&r) % 20));
+        th_sleep_ms(5 + (int)(rnd(&r) % 20));
     }
     /* The end: the fixed set is still intact, then everything is let go. */
     for (size_t i = 0; ready && i < N_FIXED; i++) {

@@ -27,7 +27,6 @@
  *     descriptors and threads: none). A transient peak cannot fail it; a
  *     leak raises every later sample, so it can.
  */
-#include <dirent.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,40 +38,13 @@
 #define POLL_MS 100
 #define STILL_POLLS 3
 
-/* Reads VmRSS, VmHWM and Threads from /proc/PID/status; 0 on success. */
+/* RSS, its peak and the thread count of pid (/proc/PID/status); 0 on success. */
 static int read_status(pid_t pid, soak_sample *s) {
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    int found = 0;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "VmRSS: %ld", &s->rss_kb) == 1) found |= 1;
-        else if (sscanf(line, "VmHWM: %ld", &s->hwm_kb) == 1) found |= 2;
-        else if (sscanf(line, "Threads: %d", &s->threads) == 1) found |= 4;
-    }
-    fclose(f);
-    return found == 7 ? 0 : -1;
-}
-
-/* Counts the entries of /proc/PID/fd; -1 when it cannot be read. */
-static int count_fds(pid_t pid) {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
-    DIR *dir = opendir(path);
-    if (!dir) return -1;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(dir));)
-        if (e->d_name[0] != '.') n++;
-    closedir(dir);
-    return n;
-}
-
-/* A counter of the report, 0 when absent. */
-static uint64_t counter(const Tenferro__StatusReply *r, const char *name) {
-    for (size_t i = 0; i < r->n_counters; i++)
-        if (strcmp(r->counters[i]->name, name) == 0) return r->counters[i]->value;
-    return 0;
+    s->rss_kb = th_proc_status_value(pid, "VmRSS");
+    s->hwm_kb = th_proc_status_value(pid, "VmHWM");
+    long threads = th_proc_status_value(pid, "Threads");
+    s->threads = (int)threads;
+    return s->rss_kb < 0 || s->hwm_kb < 0 || threads < 0 ? -1 : 0;
 }
 
 /* Fills the gauges of s from one status report; 0 on success. */
@@ -93,10 +65,10 @@ static int read_gauges(const th_daemon *d, soak_sample *s) {
     }
     /* The report lists the connection that asked for it. */
     s->clients = (int)r->n_clients - 1;
-    s->allocations = counter(r, "device_allocations_live");
-    s->device_bytes = counter(r, "device_bytes_live");
-    s->pinned_bytes = counter(r, "pinned_bytes_live");
-    s->pinned_buffers = counter(r, "pinned_buffers_live");
+    s->allocations = th_report_counter(r, "device_allocations_live");
+    s->device_bytes = th_report_counter(r, "device_bytes_live");
+    s->pinned_bytes = th_report_counter(r, "pinned_bytes_live");
+    s->pinned_buffers = th_report_counter(r, "pinned_buffers_live");
     tf__frame_free(f);
     return 0;
 }
@@ -125,18 +97,18 @@ int soak_quiet_sample(const th_daemon *d, int want_clients, int settle_ms, soak_
             break;
         }
         if (now_ms() - t0 >= (uint64_t)settle_ms) break;
-        sleep_ms(POLL_MS);
+        th_sleep_ms(POLL_MS);
     }
     s->settle_ms = (int)(now_ms() - t0);
     /*
      * The status requests' own connections close a moment after their reply: the
      * descriptors are counted once two counts POLL_MS apart agree (at most 2 s).
      */
-    sleep_ms(2 * POLL_MS);
-    s->fds = count_fds(d->pid);
+    th_sleep_ms(2 * POLL_MS);
+    s->fds = th_proc_entries(d->pid, "fd");
     for (int i = 0; i < 20 && s->fds >= 0; i++) {
-        sleep_ms(POLL_MS);
-        int again = count_fds(d->pid);
+        th_sleep_ms(POLL_MS);
+        int again = th_proc_entries(d->pid, "fd");
         if (again == s->fds) break;
         s->fds = again;
     }
