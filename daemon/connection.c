@@ -15,7 +15,6 @@
 
 #include "common/spin.h"
 #include "daemon/admission.h"
-#include "daemon/batch.h"
 #include "daemon/connection.h"
 #include "daemon/handle-buffer.h"
 #include "daemon/handle-prepare.h"
@@ -24,11 +23,12 @@
 #include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/mailbox.h"
+#include "daemon/notify.h"
 #include "daemon/peer-offer.h"
 #include "daemon/peer-take.h"
-#include "daemon/notify.h"
 #include "daemon/requests.h"
 #include "daemon/server.h"
+#include "daemon/tensor-table.h"
 
 #define READ_CHUNK (64 * 1024)
 

@@ -7,7 +7,6 @@
  * as is one the daemon has no memory to queue the free of (it goes with the
  * connection).
  */
-#include "daemon/batch.h"
 #include "daemon/connection.h"
 #include "daemon/log.h"
 #include "daemon/requests.h"

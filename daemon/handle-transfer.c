@@ -42,15 +42,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/batch.h"
 #include "daemon/connection.h"
 #include "daemon/handle-buffer.h"
+#include "daemon/handle-transfer.h"
 #include "daemon/item-pool.h"
 #include "daemon/log.h"
 #include "daemon/requests.h"
 #include "daemon/server.h"
 #include "daemon/sync-point.h"
-#include "daemon/handle-transfer.h"
 #include "daemon/tensor-table.h"
 #include "daemon/unwritten.h"
 

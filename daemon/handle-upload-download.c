@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/batch.h"
 #include "daemon/connection.h"
 #include "daemon/item-pool.h"
 #include "daemon/quota.h"

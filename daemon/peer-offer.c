@@ -20,7 +20,6 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "daemon/batch.h"
 #include "daemon/connection.h"
 #include "daemon/item-pool.h"
 #include "daemon/log.h"

@@ -31,13 +31,12 @@
 #include <unistd.h>
 
 #include "common/daemon-socket.h"
-#include "daemon/batch.h"
 #include "daemon/connection.h"
 #include "daemon/item-pool.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
-#include "daemon/peer-take.h"
 #include "daemon/peer-link.h"
+#include "daemon/peer-take.h"
 #include "daemon/requests.h"
 #include "daemon/server.h"
 #include "daemon/tensor-table.h"
