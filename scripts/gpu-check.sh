@@ -41,7 +41,7 @@ export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-2}
 DEVICE=${GPU_CHECK_DEVICE:-cuda:0}
 
 # Unit tests by name, for builds whose sources are not next to them.
-KNOWN_UNIT="test-cpu-kernels test-op-table test-executor test-frame test-id-table test-reservation test-shape-rules test-cuda-backend test-contract-rules test-contract-plan test-cpu-contract test-cuda-contract test-cuda-graph test-fft-rules test-fft-layout test-plan-cache"
+KNOWN_UNIT="test-cpu-kernels test-op-table test-config-table test-executor test-frame test-id-table test-reservation test-shape-rules test-cuda-backend test-contract-rules test-contract-plan test-cpu-contract test-cuda-contract test-cuda-graph test-fft-rules test-fft-layout test-plan-cache"
 # Integration suites run first, in this order; any other integration test follows.
 PREFERRED_INTEGRATION="test-peer-copy test-sessions test-bad-input test-operations"
 
