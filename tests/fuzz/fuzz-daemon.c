@@ -24,6 +24,7 @@
 #include "daemon/config.h"
 #include "daemon/item-pool.h"
 #include "daemon/log.h"
+#include "daemon/mailbox.h"
 #include "tests/fuzz/fuzz-daemon.h"
 
 /* How long the loop may take to become quiet before the input counts as a hang. */
