@@ -1,9 +1,16 @@
 # tenferrod: one non-recursive Makefile.
 #
 #   make                  daemon, client library (.so/.a), tenferroctl, tests, benchmarks
+#   make quick            the build, the unit suites and the core integration suites side by side
+#                         (-j: nproc + 1 unless given), about 2 minutes (docs/testing.md, "Tiers")
+#   make test-one T=SUITE [CASE=NAME]  one suite alone (T=operations, T=test-frame, T=python, ...),
+#                         CASE: its Check test case (CK_RUN_CASE), or for T=python a pytest -k
+#   make run-unit/test-X, run-integration/test-X, run-busy-poll/test-X, run-ring-off/test-X
+#                         one run of a suite as make test runs it, log in $(BUILD)/runs/
 #   make check            install missing dependencies, run every suite, the shell lint, the Kubernetes
-#                         manifests' check, the Slurm test and a short soak, then the suites again
-#                         under ASan/UBSan and under ThreadSanitizer (docs/testing.md)
+#                         manifests' check, the Slurm test and a short soak, the suites again under
+#                         ASan/UBSan and under ThreadSanitizer, the fuzz targets briefly; the four
+#                         side by side (-j: nproc + 1 unless given; docs/testing.md)
 #   make test-slurm       a private single-node Slurm with tenferrod shares (docs/cluster.md)
 #   make check-tsan       the unit, integration and load suites under ThreadSanitizer
 #   make soak             the soak: SOAK_SECONDS=N (600) of load with a leak check (docs/soak.md)
@@ -17,7 +24,9 @@
 #                         $(BUILD)-fuzz and runs each that long from its corpus (docs/fuzzing.md)
 #
 # Knobs: BUILD=dir (output folder), SANITIZE=1 (ASan+UBSan) or thread (TSan), CUDA=auto|0|1,
-#        STATIC_DEPS=1 (link libuv, protobuf-c, Check, inih statically, CUDA runtime statically)
+#        STATIC_DEPS=1 (link libuv, protobuf-c, Check, inih statically, CUDA runtime statically),
+#        JOBS=N and CHECK_JOBS=N (the job slots of make quick and make check), SAN_BUILD=dir (build-san) and
+#        TSAN_BUILD=dir (build-tsan): make check's sanitizer builds
 
 BUILD ?= build
 CUDA ?= auto
@@ -427,29 +436,79 @@ fuzz-corpus:
 deps:
 	@scripts/install-deps.sh
 
-test-unit: $(UNIT_TESTS)
-	@for t in $(UNIT_TESTS); do echo "== $$t"; $$t || exit 1; done
+# Every suite run is a make target of its own (docs/testing.md, "Tiers"), so that `make -jN`
+# runs them side by side: run-unit/NAME, run-integration/NAME, and the reruns
+# run-busy-poll/NAME (the daemon polling: transfers through the mailbox) and run-ring-off/NAME
+# (every request on the socket: TENFERRO_RING=off), run-load/bounded and run-load/busy-poll.
+# scripts/run-suite.sh keeps each run's output in $(RUNS)/LABEL.log and prints one line, PASS
+# with its seconds, or FAIL with the whole log.
+RUNS := $(BUILD)/runs
+RUN_SUITE := scripts/run-suite.sh
+SUITE_ENV := TENFERRO_DAEMON=$(BUILD)/tenferrod
+INTEGRATION_DEPS := $(BUILD)/tenferrod $(BUILD)/tenferroctl $(FAILALLOC_DAEMON)
 
-# The hostile campaign (test-hostile-campaign) runs in test-hostile, not in this loop.
+UNIT_RUNS := $(patsubst $(BUILD)/tests/%,run-unit/%,$(UNIT_TESTS))
+# The hostile campaign (test-hostile-campaign) runs in test-hostile, not in test-integration.
 INTEGRATION_RUN := $(filter-out %/test-hostile-campaign,$(INTEGRATION_TESTS))
-test-integration: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(INTEGRATION_TESTS) $(FAILALLOC_DAEMON)
-	@for t in $(INTEGRATION_RUN); do echo "== $$t"; \
-	  TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_FAILALLOC_DAEMON=$(FAILALLOC_DAEMON) $$t || exit 1; done
-	@echo "== $(BUILD)/tests/test-transfers, the daemon polling (transfers through the mailbox)"
-	@TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=2000 $(BUILD)/tests/test-transfers
-	@for t in $(SOCKET_ROUTE_TESTS); do echo "== $(BUILD)/tests/$$t, sessions through the socket (TENFERRO_RING=off)"; \
-	  TENFERRO_RING=off TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/$$t || exit 1; done
-	@echo "== $(BUILD)/tests/test-dependent, the daemon polling (transfers through the mailbox)"
-	@TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=2000 $(BUILD)/tests/test-dependent
-
+INTEGRATION_RUNS := $(patsubst $(BUILD)/tests/%,run-integration/%,$(INTEGRATION_RUN))
+ALL_INTEGRATION_RUNS := $(patsubst $(BUILD)/tests/%,run-integration/%,$(INTEGRATION_TESTS))
+# Suites run a second time with the daemon polling (transfers through the mailbox).
+BUSY_POLL_TESTS := test-transfers test-dependent
+BUSY_POLL_RUNS := $(BUSY_POLL_TESTS:%=run-busy-poll/%)
 # Suites run a second time with every request on the socket: the ring is the default route.
 SOCKET_ROUTE_TESTS := test-sessions test-operations test-transfers test-einsum test-prepared test-dependent
+RING_OFF_RUNS := $(SOCKET_ROUTE_TESTS:%=run-ring-off/%)
+LOAD_RUNS := run-load/bounded run-load/busy-poll
+
+.PHONY: $(UNIT_RUNS) $(ALL_INTEGRATION_RUNS) $(BUSY_POLL_RUNS) $(RING_OFF_RUNS) $(LOAD_RUNS) \
+        run-soak/short run-soak/leak-demo quick quick-run quick-serial test-one test-serial \
+        check-run check-serial check-plain check-asan check-fuzz
+
+$(UNIT_RUNS): run-unit/%: $(BUILD)/tests/%
+	@$(RUN_SUITE) $* $(RUNS)/$*.log $(BUILD)/tests/$*
+
+$(ALL_INTEGRATION_RUNS): run-integration/%: $(BUILD)/tests/% $(INTEGRATION_DEPS)
+	@$(SUITE_ENV) TENFERRO_FAILALLOC_DAEMON=$(FAILALLOC_DAEMON) \
+	  $(RUN_SUITE) $* $(RUNS)/$*.log $(BUILD)/tests/$*
+
+$(BUSY_POLL_RUNS): run-busy-poll/%: $(BUILD)/tests/% $(INTEGRATION_DEPS)
+	@$(SUITE_ENV) TENFERRO_TEST_BUSY_POLL_US=2000 \
+	  $(RUN_SUITE) "$*, the daemon polling" $(RUNS)/$*.busy-poll.log $(BUILD)/tests/$*
+
+$(RING_OFF_RUNS): run-ring-off/%: $(BUILD)/tests/% $(INTEGRATION_DEPS)
+	@$(SUITE_ENV) TENFERRO_RING=off \
+	  $(RUN_SUITE) "$*, TENFERRO_RING=off" $(RUNS)/$*.ring-off.log $(BUILD)/tests/$*
+
+# The longest runs first: make starts prerequisites in their order, and under TSan one
+# test-dependent run alone takes three minutes or more.
+SLOW_SUITES := test-dependent test-reply-bounds test-transfers test-failalloc test-isolation test-peer-copy
+ALL_SUITE_RUNS := $(INTEGRATION_RUNS) $(BUSY_POLL_RUNS) $(RING_OFF_RUNS)
+SLOW_RUNS := $(foreach s,$(SLOW_SUITES),$(filter %/$(s),$(ALL_SUITE_RUNS)))
+
+# Suites that fail now and then when other suites run beside them (docs/testing.md, "Tiers"):
+# test-prepared (test_cache_across_processes), test-reply-bounds (test_closing_connection_unread,
+# under ASan) and test-admission-opts (test_shorter_wait). make quick and make check run them
+# (with SERIAL_LATER=1 their parallel make leaves them out) after everything else, one at a time:
+# make test-serial. A plain make test runs them with the rest.
+SERIAL_SUITES := test-prepared test-reply-bounds test-admission-opts
+SERIAL_RUNS := $(foreach s,$(SERIAL_SUITES),$(filter %/$(s),$(ALL_SUITE_RUNS)))
+DEFERRED_RUNS := $(if $(filter 1,$(SERIAL_LATER)),$(SERIAL_RUNS))
+# What they need is built in the parallel make all the same.
+DEFERRED_NEEDS := $(if $(DEFERRED_RUNS),$(SERIAL_SUITES:%=$(BUILD)/tests/%) $(INTEGRATION_DEPS))
+
+test-unit: $(UNIT_RUNS)
+test-integration: $(filter-out $(DEFERRED_RUNS),$(SLOW_RUNS) $(filter-out $(SLOW_RUNS),$(ALL_SUITE_RUNS))) \
+                  $(DEFERRED_NEEDS)
+test-serial:
+	+@for r in $(SERIAL_RUNS); do $(MAKE) --no-print-directory $$r || exit 1; done
 
 # Bounded load test (tests/load/load.c); `make load` runs the long one.
-test-load: $(BUILD)/tenferrod $(BUILD)/tests/load
-	@echo "== $(BUILD)/tests/load"; TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --clients 8 --seconds 5
-	@echo "== $(BUILD)/tests/load, the daemon polling (transfers through the mailbox)"; \
-	  TENFERRO_DAEMON=$(BUILD)/tenferrod TENFERRO_TEST_BUSY_POLL_US=1000 $(BUILD)/tests/load --clients 4 --seconds 4
+run-load/bounded: $(BUILD)/tenferrod $(BUILD)/tests/load
+	@$(SUITE_ENV) $(RUN_SUITE) "load, 8 clients" $(RUNS)/load.log $(BUILD)/tests/load --clients 8 --seconds 5
+run-load/busy-poll: $(BUILD)/tenferrod $(BUILD)/tests/load
+	@$(SUITE_ENV) TENFERRO_TEST_BUSY_POLL_US=1000 $(RUN_SUITE) "load, 4 clients, the daemon polling" \
+	  $(RUNS)/load.busy-poll.log $(BUILD)/tests/load --clients 4 --seconds 4
+test-load: $(LOAD_RUNS)
 
 load: $(BUILD)/tenferrod $(BUILD)/tests/load
 	TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --clients 32 --seconds 30
@@ -464,17 +523,21 @@ soak: $(BUILD)/tenferrod $(BUILD)/tests/load
 
 # The short soak of `make check`, then the proof that its rule fails: a resident that keeps
 # 16 MiB more every round (a client-side leak) must make the soak exit 1 with the gauges flagged.
-test-soak: $(BUILD)/tenferrod $(BUILD)/tests/load
-	@echo "== $(BUILD)/tests/load --soak (60 s)"
-	@TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --soak --clients 6 --seconds 60
-	@echo "== $(BUILD)/tests/load --soak --leak-mib 16 (30 s; the rule must fail)"
-	@TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --soak --clients 4 --seconds 30 \
+# Two daemons of their own, so the two run side by side.
+test-soak: run-soak/short run-soak/leak-demo
+run-soak/short: $(BUILD)/tenferrod $(BUILD)/tests/load
+	@$(SUITE_ENV) $(RUN_SUITE) "soak (60 s)" $(RUNS)/soak.log \
+	  $(BUILD)/tests/load --soak --clients 6 --seconds 60
+	@grep -h '^SOAK' $(RUNS)/soak.log || true
+run-soak/leak-demo: $(BUILD)/tenferrod $(BUILD)/tests/load
+	@mkdir -p $(RUNS); start=$$(date +%s); \
+	  TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/load --soak --clients 4 --seconds 30 \
 	  --sample-seconds 5 --leak-mib 16 > $(BUILD)/soak-leak-demo.log 2>&1; rc=$$?; \
-	  grep -E '^(sample|# rule|SOAK)' $(BUILD)/soak-leak-demo.log; \
 	  if [ $$rc -ne 1 ] || ! grep -q 'rule tensors .*FAIL' $(BUILD)/soak-leak-demo.log || \
 	     ! grep -q 'rule device_bytes .*FAIL' $(BUILD)/soak-leak-demo.log; then \
-	    echo "test-soak: the leak demo was not flagged (exit $$rc; log $(BUILD)/soak-leak-demo.log)"; exit 1; \
-	  fi; echo "test-soak: the leak demo was flagged, as it must be"
+	    grep -E '^(sample|# rule|SOAK)' $(BUILD)/soak-leak-demo.log; \
+	    echo "FAIL  soak --leak-mib 16: the leak demo was not flagged (exit $$rc; log $(BUILD)/soak-leak-demo.log)"; exit 1; \
+	  fi; echo "PASS  soak --leak-mib 16: the leak demo was flagged, as it must be ($$(( $$(date +%s) - start )) s)"
 
 # Installs into a temporary DESTDIR and checks the unit, pkg-config, the example
 # configuration and sd_notify (tests/install/test-install.sh). It runs `make install`
@@ -484,38 +547,42 @@ $(BUILD)/tests/notify-listener: $(call obj,tests/install/notify-listener.c)
 	$(CC) $(LDFLAGS) -o $@ $^
 
 test-install: all $(BUILD)/tests/notify-listener
-	MAKE="$(MAKE)" CC="$(CC)" SANFLAGS="$(SANFLAGS)" tests/install/test-install.sh $(BUILD)
+	@MAKE="$(MAKE)" CC="$(CC)" SANFLAGS="$(SANFLAGS)" \
+	  $(RUN_SUITE) test-install $(RUNS)/test-install.log tests/install/test-install.sh $(BUILD)
 
 # The hostile-client campaign first (attackers of three uids against one daemon while a bystander's
 # results are checked, then every gauge back: docs/testing.md), then the hostile-load figure
-# (bench-hostile): reported, never pass/fail on its timing.
-test-hostile: all $(BUILD)/tests/test-hostile-campaign
-	@echo "== $(BUILD)/tests/test-hostile-campaign (attackers of three uids, a bystander checked)"
-	@TENFERRO_DAEMON=$(BUILD)/tenferrod $(BUILD)/tests/test-hostile-campaign
-	@echo "== bench-hostile (a client's round trips while others flood the daemon)"
-	@scripts/bench.sh $(BUILD) bench-hostile
+# (bench-hostile): reported, never pass/fail on its timing, so a benchmark, and not run in the
+# sanitizer builds (SANITIZE=1 or thread), whose timings mean nothing.
+test-hostile: all run-integration/test-hostile-campaign
+	@grep -h '^BENCH' $(RUNS)/test-hostile-campaign.log || true
+ifeq ($(SANITIZE),0)
+	@$(RUN_SUITE) bench-hostile $(RUNS)/bench-hostile.log scripts/bench.sh $(BUILD) bench-hostile
+	@grep -h '^BENCH' $(RUNS)/bench-hostile.log || true
+else
+	@echo "SKIP  bench-hostile  (a benchmark: not run under SANITIZE=$(SANITIZE))"
+endif
 
 # The demo as `make demo` runs it, its table checked, and the report's failure verdicts
 # (tests/demo/test-demo.sh).
 test-demo: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(EXAMPLES)
-	@echo "== tests/demo/test-demo.sh $(BUILD)"
-	@tests/demo/test-demo.sh $(BUILD)
+	@$(RUN_SUITE) test-demo $(RUNS)/test-demo.log tests/demo/test-demo.sh $(BUILD)
 
 # The shared library's exports against the headers, its soname, and a user program linked to it.
 test-abi: $(BUILD)/tenferrod $(if $(filter 1,$(STATIC_DEPS)),,$(BUILD)/libtenferro-client.so)
-	@echo "== tests/abi/test-abi.sh $(BUILD)"
-	@CC="$(CC) $(SANFLAGS)" tests/abi/test-abi.sh $(BUILD)
+	@CC="$(CC) $(SANFLAGS)" $(RUN_SUITE) test-abi $(RUNS)/test-abi.log tests/abi/test-abi.sh $(BUILD)
 
 # docs/api.md is generated from the headers; it must be current.
 test-api-doc:
-	@scripts/gen-api-doc.sh --check
+	@$(RUN_SUITE) test-api-doc $(RUNS)/test-api-doc.log scripts/gen-api-doc.sh --check
 
-test: test-unit test-integration test-load test-install test-hostile test-demo test-abi test-api-doc
+test: test-integration test-hostile test-unit test-load test-install test-demo test-abi test-api-doc
 
 # The Python package (python/, docs/python.md): a venv under $(BUILD)/pyenv with numpy, pytest and
 # `pip install ./python` built against this build's libtenferro-client.a, then its pytest suite
 # against $(BUILD)/tenferrod on a private socket. Not part of the sanitizer runs (an ASan library
 # inside a Python extension would need the runtime preloaded into the interpreter).
+# PYTEST_K=EXPR passes -k EXPR (make test-one T=python CASE=EXPR).
 PYTHON ?= python3
 PYENV := $(BUILD)/pyenv
 PY_SRC := $(wildcard python/src/tenferro/*.c python/src/tenferro/*.h python/src/tenferro/*.py \
@@ -531,8 +598,9 @@ $(PYENV)/.installed: $(PY_SRC) $(BUILD)/libtenferro-client.a
 python-package: $(PYENV)/.installed
 
 test-python: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(PYENV)/.installed
-	@echo "== python/tests (pytest, $(PYENV))"
-	@cd python && TENFERRO_DAEMON=$(abspath $(BUILD))/tenferrod ../$(PYENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	@cd python && TENFERRO_DAEMON=$(abspath $(BUILD))/tenferrod \
+	  ../$(RUN_SUITE) "test-python (pytest$(if $(PYTEST_K), -k '$(PYTEST_K)'))" $(abspath $(RUNS))/test-python.log \
+	  ../$(PYENV)/bin/python -m pytest -q -p no:cacheprovider $(if $(PYTEST_K),-k '$(PYTEST_K)') tests
 
 # A real single-node Slurm (munged, slurmctld, slurmd from Debian's packages, a private
 # configuration under /tmp) with two daemons standing in for two GPUs: shares as gres/shard,
@@ -540,42 +608,52 @@ test-python: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(PYENV)/.installed
 # docs/cluster.md). About 25 s once the packages are installed; needs root.
 test-slurm: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(BUILD)/tests/slurm-client
 	@scripts/install-deps.sh slurm
-	@echo "== tests/slurm/test-slurm.sh $(BUILD)"
-	@tests/slurm/test-slurm.sh $(BUILD)
+	@$(RUN_SUITE) test-slurm $(RUNS)/test-slurm.log tests/slurm/test-slurm.sh $(BUILD)
 
-# Every shell script of the tree through shellcheck (scripts, tests, contrib, CI).
+# Every shell script of the tree through shellcheck (scripts, tests, contrib, CI), and the README's
+# source map against the tree (scripts/check-source-map.sh).
 SHELL_SCRIPTS := $(wildcard scripts/*.sh tests/*/*.sh contrib/*/*.sh) .ci/run \
                  contrib/slurm/tenferro-task-prolog contrib/slurm/tenferro-epilog
 test-lint:
 	@scripts/install-deps.sh lint
-	@echo "== shellcheck ($(words $(SHELL_SCRIPTS)) scripts)"
-	@shellcheck $(SHELL_SCRIPTS)
+	@$(RUN_SUITE) "test-lint (shellcheck, $(words $(SHELL_SCRIPTS)) scripts)" $(RUNS)/test-lint.log \
+	  shellcheck $(SHELL_SCRIPTS)
+	@$(RUN_SUITE) "test-lint (the README's source map)" $(RUNS)/source-map.log scripts/check-source-map.sh
 
 # contrib/kubernetes/: the manifests against the API schemas (kubernetes-validate from PyPI, in
 # a virtual environment under $(BUILD)), the kustomization, the DaemonSet's entry point run with
 # the real daemon (tests/kubernetes/test-manifests.sh).
 test-kubernetes: $(BUILD)/tenferrod $(BUILD)/tenferroctl
 	@scripts/install-deps.sh lint
-	@echo "== tests/kubernetes/test-manifests.sh $(BUILD)"
-	@tests/kubernetes/test-manifests.sh $(BUILD)
+	@$(RUN_SUITE) test-kubernetes $(RUNS)/test-kubernetes.log tests/kubernetes/test-manifests.sh $(BUILD)
 
 # ThreadSanitizer: the daemon, the client library and every suite built with -fsanitize=thread
-# (BUILD=build-tsan, CUDA=0), then the unit, integration and bounded load suites run against the
+# (BUILD=$(TSAN_BUILD), CUDA=0), then the unit, integration and bounded load suites run against the
 # TSan daemon (docs/testing.md). A report fails the run twice over: the process that saw the race
 # exits 66 (the harness's daemon stop fails the test), and every report is also written under
-# build-tsan/tsan-reports/, which must stay empty (this catches processes whose exit status
+# $(TSAN_BUILD)/tsan-reports/, which must stay empty (this catches processes whose exit status
 # nobody checks: a daemon a test kills, a forked client).
+SAN_BUILD ?= build-san
+TSAN_BUILD ?= build-tsan
 TSAN_SUPP := $(abspath tests/tsan.supp)
 TSAN_REPORTS = $(abspath $(BUILD))/tsan-reports
+# What test-tsan runs (make check's serial phase: TSAN_SUITES=test-serial).
+TSAN_SUITES ?= test-integration test-unit test-load
+# Alone (make check-tsan) it runs its suites side by side too (-j$(JOBS) unless -j is given), then
+# the SERIAL_SUITES one at a time; inside make check (SERIAL_LATER=1) check-serial runs those.
+TSAN_MAKE = $(MAKE) --no-print-directory BUILD=$(TSAN_BUILD) SANITIZE=thread CUDA=0
 check-tsan:
-	$(MAKE) BUILD=build-tsan SANITIZE=thread CUDA=0 test-tsan
+	+@$(call PROTO_ONCE,$(TSAN_BUILD)) && \
+	  $(call TIER_MAKE,$(JOBS)) BUILD=$(TSAN_BUILD) SANITIZE=thread CUDA=0 test-tsan SERIAL_LATER=1 \
+	  $(if $(filter 1,$(SERIAL_LATER)),,&& $(TSAN_MAKE) test-tsan TSAN_SUITES=test-serial)
 
-test-tsan: $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BUILD)/tenferrod $(BUILD)/tenferroctl $(BUILD)/tests/load \
-           $(FAILALLOC_DAEMON)
+# The suites' make builds what each run needs as it goes, so the longest runs start as soon as
+# their own programs are linked.
+test-tsan:
 	@rm -rf $(TSAN_REPORTS) && mkdir -p $(TSAN_REPORTS)
-	@start=$$(date +%s); \
+	+@start=$$(date +%s); \
 	TSAN_OPTIONS="halt_on_error=0 exitcode=66 second_deadlock_stack=1 log_path=$(TSAN_REPORTS)/report suppressions=$(TSAN_SUPP)" \
-	  $(MAKE) --no-print-directory test-unit test-integration test-load; rc=$$?; \
+	  $(MAKE) --no-print-directory $(TSAN_SUITES); rc=$$?; \
 	echo "check-tsan: the suites took $$(( $$(date +%s) - start )) s"; \
 	if [ -n "$$(ls -A $(TSAN_REPORTS))" ]; then \
 	  echo "check-tsan: ThreadSanitizer reports (one file per process, $(TSAN_REPORTS)):"; \
@@ -585,16 +663,94 @@ test-tsan: $(UNIT_TESTS) $(INTEGRATION_TESTS) $(BUILD)/tenferrod $(BUILD)/tenfer
 	fi; \
 	exit $$rc
 
+# ---- tiers (docs/testing.md, "Tiers") ----
+# `make quick` and `make check` run a make of their own with --output-sync and job slots of their
+# own, unless -j was given (make -jN check uses N): quick -j$(JOBS), the CPUs plus one (suites spend
+# much of their time waiting on their daemons); check -j$(CHECK_JOBS), three more, because each of
+# its sanitizer and fuzz makes holds one slot for as long as it runs. JOBS=1 CHECK_JOBS=1 runs
+# everything one after another.
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+JOBS ?= $(shell echo $$(( $(NPROC) + 1 )))
+CHECK_JOBS ?= $(shell echo $$(( $(NPROC) + 4 )))
+TIER_MAKE = $(MAKE) --no-print-directory -Otarget \
+            $$(case " $$MAKEFLAGS " in *" -j"*) ;; *) echo "-j$(1)" ;; esac)
+# The generated protocol code of each build folder given, made first and alone: its rule names
+# the .c and the .h as two targets of one protoc-c run, which a parallel make may run twice,
+# rewriting the header while objects that include it compile (and leaving them older than it, so
+# that a later make, such as test-install's `make install`, rebuilds and relinks under suites
+# that are running).
+PROTO_ONCE = for b in $(1); do $(MAKE) --no-print-directory BUILD=$$b $$b/gen/proto/tenferro.pb-c.h \
+               >/dev/null || exit 1; done
+
+# The integration suites of `make quick`: every suite once, but the four long ones (the dependent
+# consumers, the reply bounds, the allocation-failure walk, the peer copies: about 55 s of the
+# plain suites' 125 s), the hostile campaign and the reruns (busy-poll, TENFERRO_RING=off).
+QUICK_SKIP := test-dependent test-reply-bounds test-failalloc test-peer-copy
+QUICK_RUNS := $(filter-out $(QUICK_SKIP:%=run-integration/%),$(INTEGRATION_RUNS))
+
+# Build (all), the unit suites and the core integration suites, side by side: about a minute on a
+# fresh clone of a 2-CPU machine (docs/testing.md).
+quick:
+	+@start=$$(date +%s); $(call PROTO_ONCE,$(BUILD)) && $(call TIER_MAKE,$(JOBS)) quick-run SERIAL_LATER=1 && \
+	  $(MAKE) --no-print-directory quick-serial || exit 1; \
+	  echo "make quick: passed in $$(( $$(date +%s) - start )) s (the whole gate is make check)"
+quick-run: all $(filter-out $(DEFERRED_RUNS),$(filter $(SLOW_RUNS),$(QUICK_RUNS)) $(UNIT_RUNS) \
+                 $(filter-out $(SLOW_RUNS),$(QUICK_RUNS)))
+quick-serial:
+	+@for r in $(filter $(SERIAL_RUNS),$(QUICK_RUNS)); do $(MAKE) --no-print-directory $$r || exit 1; done
+
+# One suite alone, its output as it comes: make test-one T=operations (or T=test-operations; a
+# unit or integration suite, or python, load, soak, hostile, install, demo, abi, api-doc, slurm,
+# lint, kubernetes) [CASE=NAME]: the Check test case (CK_RUN_CASE, a tcase_create name) or, for
+# T=python, a pytest -k expression. It builds what the suite needs.
+ONE := $(patsubst test-%,%,$(notdir $(T)))
+ONE_SUITE := $(filter $(BUILD)/tests/test-$(ONE),$(UNIT_TESTS) $(INTEGRATION_TESTS))
+ONE_TARGETS := test-python test-load test-soak test-hostile test-install test-demo test-abi \
+               test-api-doc test-slurm test-lint test-kubernetes
+ONE_RUN := $(strip $(if $(ONE_SUITE),$(if $(filter $(ONE_SUITE),$(UNIT_TESTS)),run-unit,run-integration)/test-$(ONE), \
+             $(filter test-$(ONE),$(ONE_TARGETS))))
+test-one:
+	@if [ -z "$(T)" ] || [ -z "$(ONE_RUN)" ]; then \
+	  echo "make test-one: T=SUITE names a suite: $(if $(T),no suite '$(T)'; )one of" \
+	       "$(patsubst $(BUILD)/tests/test-%,%,$(UNIT_TESTS) $(INTEGRATION_TESTS)) $(ONE_TARGETS:test-%=%)" >&2; \
+	  exit 2; fi
+	+@$(call PROTO_ONCE,$(BUILD)) && TF_RUN_VERBOSE=1 $(if $(CASE),CK_RUN_CASE='$(CASE)') \
+	  $(MAKE) --no-print-directory $(ONE_RUN) $(if $(CASE),PYTEST_K='$(CASE)') || { \
+	  if [ -n "$(CASE)" ] && [ -n "$(ONE_SUITE)" ] && grep -q 'Checks: 0,' $(RUNS)/test-$(ONE).log; then \
+	    echo "make test-one: $(T) has no test case '$(CASE)'; its cases:" \
+	         "$$(grep -ho 'tcase_create("[^"]*")' tests/*/test-$(ONE).c | sed 's/tcase_create(\(.*\))/\1/' | tr '\n' ' ')" >&2; \
+	  fi; exit 1; }
+
+# The full gate (CI: .ci/run). deps first, then the dependencies of the Slurm test and the lint;
+# then, side by side (-j$(CHECK_JOBS)): the plain build and its suites, the Python package, the lint,
+# the Kubernetes manifests, Slurm and the short soak (check-plain); the ASan/UBSan build and its
+# suites (check-asan); the ThreadSanitizer build and its suites (check-tsan); the fuzz build, its
+# regression inputs and each target briefly (check-fuzz). Each of the four is independent of the
+# others; they share the job slots. Last, alone and one at a time, the SERIAL_SUITES of the three
+# builds (check-serial).
 check: deps
-	$(MAKE) all
-	$(MAKE) test
-	$(MAKE) test-python
-	$(MAKE) test-lint test-kubernetes test-slurm
-	$(MAKE) test-soak
-	$(MAKE) BUILD=build-san SANITIZE=1 CUDA=0 test
-	$(MAKE) check-tsan
-	$(MAKE) fuzz-check
-	@echo "make check: all suites passed (plain, ASan/UBSan and TSan), and the fuzz targets found nothing"
+	@scripts/install-deps.sh slurm
+	@scripts/install-deps.sh lint
+	+@start=$$(date +%s); $(call PROTO_ONCE,$(BUILD) $(SAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)) && \
+	  $(call TIER_MAKE,$(CHECK_JOBS)) check-run SERIAL_LATER=1 && \
+	  $(MAKE) --no-print-directory check-serial || { \
+	  echo "make check: FAILED after $$(( $$(date +%s) - start )) s (each failed suite's log is above)"; exit 1; }; \
+	  echo "make check: all suites passed (plain, ASan/UBSan and TSan), and the fuzz targets found" \
+	       "nothing, in $$(( $$(date +%s) - start )) s"
+check-run: check-tsan check-asan check-fuzz check-plain
+
+# The runs of fixed length first (the soak, the campaign, Slurm), so they overlap the rest.
+check-plain: test-soak test-hostile test-slurm test-kubernetes test-python test test-lint all
+
+check-asan:
+	+@$(call PROTO_ONCE,$(SAN_BUILD)) && $(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=1 CUDA=0 test
+
+check-fuzz: fuzz-check
+
+check-serial:
+	+@$(MAKE) --no-print-directory test-serial
+	+@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) SANITIZE=1 CUDA=0 test-serial
+	+@$(TSAN_MAKE) test-tsan TSAN_SUITES=test-serial
 
 demo: deps
 	$(MAKE) all

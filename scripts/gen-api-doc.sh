@@ -58,10 +58,13 @@ generate() {
 }
 
 if [ "${1:-}" = "--check" ]; then
-    if ! diff -u docs/api.md <(generate) >/tmp/tf-api-doc.diff 2>&1; then
+    # A file of this run's own: make check runs this check in two builds side by side.
+    out=$(mktemp "${TMPDIR:-/tmp}/tf-api-doc.XXXXXX")
+    trap 'rm -f "$out"' EXIT
+    if ! diff -u docs/api.md <(generate) >"$out" 2>&1; then
         echo "docs/api.md is not what scripts/gen-api-doc.sh writes from the headers; run"
         echo "scripts/gen-api-doc.sh > docs/api.md. The difference:"
-        head -40 /tmp/tf-api-doc.diff
+        head -40 "$out"
         exit 1
     fi
     echo "docs/api.md matches the headers"
