@@ -487,10 +487,13 @@ SLOW_RUNS := $(foreach s,$(SLOW_SUITES),$(filter %/$(s),$(ALL_SUITE_RUNS)))
 
 # Suites that fail now and then when other suites run beside them (docs/testing.md, "Tiers"):
 # test-prepared (test_cache_across_processes), test-reply-bounds (test_closing_connection_unread,
-# under ASan) and test-admission-opts (test_shorter_wait). make quick and make check run them
-# (with SERIAL_LATER=1 their parallel make leaves them out) after everything else, one at a time:
-# make test-serial. A plain make test runs them with the rest.
-SERIAL_SUITES := test-prepared test-reply-bounds test-admission-opts
+# under ASan), test-admission-opts (test_shorter_wait), and test-transfers-raw, whose
+# test_punched_huge_pages_do_not_kill grows the machine's huge page pool by 4 pages and expects its
+# daemon to get them (another daemon's pinned buffers, or another build's run of the same test,
+# take them). make quick and make check run them (with SERIAL_LATER=1 their parallel make leaves
+# them out) after everything else, one at a time: make test-serial. A plain make test runs them
+# with the rest.
+SERIAL_SUITES := test-prepared test-reply-bounds test-admission-opts test-transfers-raw
 SERIAL_RUNS := $(foreach s,$(SERIAL_SUITES),$(filter %/$(s),$(ALL_SUITE_RUNS)))
 DEFERRED_RUNS := $(if $(filter 1,$(SERIAL_LATER)),$(SERIAL_RUNS))
 # What they need is built in the parallel make all the same.
