@@ -176,7 +176,7 @@ build-commit:
 	@(git rev-parse --short HEAD 2>/dev/null || echo unknown) > $(BUILD)/commit
 
 # ---- generated protocol code ----
-$(PROTO_C) $(PROTO_H): proto/tenferro.proto
+$(PROTO_C) $(PROTO_H) &: proto/tenferro.proto
 	@mkdir -p $(BUILD)/gen
 	protoc-c --c_out=$(BUILD)/gen $<
 
