@@ -15,7 +15,8 @@
 #   make check-tsan       the unit, integration and load suites under ThreadSanitizer
 #   make soak             the soak: SOAK_SECONDS=N (600) of load with a leak check (docs/soak.md)
 #   make demo             start tenferrod on the best device, run the demo's clients at once
-#                         against it (a held stage, MPS sweeps, FFT solvers), print a table, stop
+#                         against it (a held stage, MPS sweeps, FFT solvers, DMRG in Python),
+#                         print a table, stop
 #   make bench            benchmarks (CPU backend), BENCH lines on stdout
 #   make test-python      the Python package (python/) in a venv ($(BUILD)/pyenv), its pytest suite
 #                         against $(BUILD)/tenferrod (docs/python.md)
@@ -111,7 +112,7 @@ CLIENT_LIB_SRC := client/connection.c client/session.c client/transfer.c client/
                   client/completion.c client/wait-spin.c client/mailbox.c client/pinned.c client/staging.c \
                   client/testing.c client/view-einsum.c client/einsum-path.c client/einsum-report.c \
                   client/view-fft.c client/graph.c client/daemon-status.c client/ring.c \
-                  client/peer-copy.c
+                  client/peer-copy.c client/view-linalg.c
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 BACKEND_SRC := $(wildcard daemon/backend/*.c daemon/backend/cpu/*.c daemon/backend/cuda/*.c)
 CUDA_CU_SRC := $(wildcard daemon/backend/cuda/*.cu)
@@ -143,7 +144,7 @@ DAEMON_LIBS := $(LIB_UV) $(LIB_INIH) $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_FFTW) $(L
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test-*.c))
 INTEGRATION_TESTS := $(patsubst tests/integration/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/test-*.c))
 TEST_HARNESS := $(call obj,tests/integration/harness.c)
-BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c bench/bench-raw.c bench/prepared-chain.c,$(wildcard bench/*.c)))
+BENCHES := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/bench-common.c bench/bench-raw.c bench/prepared-chain.c bench/linalg-check.c,$(wildcard bench/*.c)))
 # Every examples/*.c is a program but demo-common.c, the demo clients' shared helpers.
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(filter-out examples/demo-common.c,$(wildcard examples/*.c)))
 # GPU benchmarks (bench/gpu/, CUDA builds only); gpu-common.c is their shared helper, share-loop.c
@@ -318,6 +319,14 @@ $(BUILD)/bench/bench-prepared: $(BUILD)/obj/bench/bench-prepared.o $(call obj,be
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_FFTW) $(LIB_SYS)
 
+# bench-linalg checks the daemon's decompositions with linalg-check.c (shared with the GPU
+# bench-linalg); its baseline is the LAPACK inside OpenBLAS ($(LIB_BLAS)).
+LINALG_CHECK_OBJ := $(call obj,bench/linalg-check.c)
+$(BUILD)/bench/bench-linalg: $(BUILD)/obj/bench/bench-linalg.o $(call obj,bench/bench-common.c) \
+                             $(LINALG_CHECK_OBJ) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIB_PROTOBUF) $(LIB_BLAS) $(LIB_SYS)
+
 # GPU benchmarks: the client library plus CUDA and cuBLAS in-process as their baselines.
 # --as-needed keeps unused libraries (cuBLAS in bench-first-result, which dlopens it in its
 # CUDA child only, and OpenBLAS) out of a benchmark's start-up.
@@ -363,6 +372,12 @@ $(BUILD)/bench/gpu/bench-prepared: $(BUILD)/obj/bench/gpu/bench-prepared.o $(GPU
                                    $(PREPARED_BENCH_OBJ) $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(GPU_BENCH_LIBS)
+
+# The GPU bench-linalg: cuSOLVER in-process as its baseline (linked by this benchmark only).
+$(BUILD)/bench/gpu/bench-linalg: $(BUILD)/obj/bench/gpu/bench-linalg.o $(GPU_BENCH_OBJ) \
+                                 $(LINALG_CHECK_OBJ) $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcusolver $(GPU_BENCH_LIBS)
 
 # probe-layers times the same work at the libraries and at the backend in-process.
 $(BUILD)/bench/gpu/probe-layers: $(BUILD)/obj/bench/gpu/probe-layers.o $(GPU_BENCH_OBJ) \
@@ -568,7 +583,9 @@ endif
 
 # The demo as `make demo` runs it, its table checked, and the report's failure verdicts
 # (tests/demo/test-demo.sh).
-test-demo: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(EXAMPLES)
+# The DMRG clients are Python (examples/dmrg/): the package too, except in the sanitizer builds,
+# whose library cannot be loaded into an interpreter (the demo then skips them and says so).
+test-demo: $(BUILD)/tenferrod $(BUILD)/tenferroctl $(EXAMPLES) $(if $(filter 0,$(SANITIZE)),$(BUILD)/pyenv/.installed)
 	@$(RUN_SUITE) test-demo $(RUNS)/test-demo.log tests/demo/test-demo.sh $(BUILD)
 
 # The shared library's exports against the headers, its soname, and a user program linked to it.
@@ -757,6 +774,7 @@ check-serial:
 
 demo: deps
 	$(MAKE) all
+	$(MAKE) python-package
 	scripts/demo.sh $(BUILD)
 
 bench: deps

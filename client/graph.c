@@ -339,9 +339,11 @@ tf_status tf_view_run_prepared(tf_view *v, tf_prepared p, int n_inputs, const tf
 }
 
 void tf__queued_op_release(tf__queued_op *q) {
-    if (q->kind != TF__OP_RUN_PREPARED) return;
+    if (!tf__queued_names_io(q)) return;
     free(q->run_io);
     q->run_io = NULL;
+    free(q->linalg);
+    q->linalg = NULL;
 }
 
 /* One record's memory, at disconnect. */

@@ -12,6 +12,7 @@
 #include "common/completion.h"
 #include "common/frame.h"
 #include "common/id-table.h"
+#include "common/linalg.h"
 #include "common/ops.h"
 #include "tenferro/tenferro.h"
 
@@ -62,6 +63,15 @@ struct tf_pending {
 };
 
 
+/* A queued linear-algebra operation's descriptor and its wire form (view-linalg.c). */
+typedef struct tf__linalg_rec {
+    tf__linalg desc;
+    int rank; /* the input's: perm names that many axes */
+    Tenferro__Linalg wire;
+    Tenferro__Truncation wire_trunc;
+    int32_t perm[TF_MAX_RANK];
+} tf__linalg_rec;
+
 /* One operation queued locally until the next submission. */
 typedef struct tf__queued_op {
     uint32_t kind;
@@ -69,7 +79,7 @@ typedef struct tf__queued_op {
     uint64_t inputs[2];
     uint64_t output;
     int n_params;
-    int64_t params[TF_MAX_RANK];
+    int64_t params[TF__MAX_PARAMS];
     unsigned flags;
     tf_scalar alpha, beta;
     tf__contraction contract; /* TF__OP_CONTRACT */
@@ -78,11 +88,21 @@ typedef struct tf__queued_op {
     uint32_t contract_labels[3][TF_MAX_RANK]; /* labels_a, labels_b, labels_out */
     tf__fft fft;           /* TF__OP_FFT: the descriptor (view-fft.c) */
     Tenferro__Fft wire_fft; /* its wire form while a Submit is encoded */
-    /* TF__OP_RUN_PREPARED (graph.c): the graph, and its inputs then outputs (malloc'd). */
+    /*
+     * TF__OP_RUN_PREPARED (graph.c) and the linear-algebra kinds
+     * (view-linalg.c): inputs then outputs (malloc'd); a run's graph, a
+     * linear-algebra operation's descriptor (malloc'd).
+     */
     uint64_t prepared;
     int n_run_inputs, n_run_outputs;
     uint64_t *run_io;
+    tf__linalg_rec *linalg;
 } tf__queued_op;
+
+/* 1 when q names its tensors in run_io (several outputs) instead of inputs and output. */
+static inline int tf__queued_names_io(const tf__queued_op *q) {
+    return q->kind == TF__OP_RUN_PREPARED || q->linalg != NULL;
+}
 
 struct tf_view {
     tf_client *client;
@@ -93,6 +113,7 @@ struct tf_session {
     tf_client *client;
     uint64_t id;
     tf_session_counters stats;
+    uint64_t host_waits; /* tf_session_host_waits */
 };
 
 struct tf_client {
@@ -428,6 +449,8 @@ tf_status tf__queue_push(tf_view *v, tf__op_kind kind, int n_inputs, const tf_te
                          const tf__meta *out_meta, tf_tensor *out, tf__queued_op **record);
 /* Fills the wire form of a queued FFT into op (view-fft.c); q keeps that form's storage. */
 void tf__encode_fft(tf__queued_op *q, Tenferro__Op *op);
+/* The same for a queued linear-algebra operation (view-linalg.c). */
+void tf__encode_linalg(tf__queued_op *q, Tenferro__Op *op);
 /* Queues a FREE of an existing tensor in the active session. */
 tf_status tf__queue_free(tf_client *c, tf_tensor t);
 /* TF_OK when operations may be queued on v now (inside its session callback, connected). */

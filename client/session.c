@@ -59,7 +59,7 @@ static void settle_queue(tf_client *c, size_t accepted) {
     for (size_t i = 0; i < c->n_queued; i++) {
         tf__queued_op *q = &c->queue[i];
         if (q->kind == TF__OP_FREE) continue;
-        if (q->kind == TF__OP_RUN_PREPARED) {
+        if (tf__queued_names_io(q)) {
             for (int o = 0; o < q->n_run_outputs; o++)
                 settle_output(c, q->run_io[q->n_run_inputs + o], i < accepted);
         } else {
@@ -112,7 +112,8 @@ void tf__encode_ops(tf__queued_op *queue, size_t n, Tenferro__Op *ops, Tenferro_
         op->beta_im = q->beta.im;
         if (q->kind == TF__OP_CONTRACT) encode_contraction(q, op);
         if (q->kind == TF__OP_FFT) tf__encode_fft(q, op);
-        if (q->kind == TF__OP_RUN_PREPARED) {
+        if (q->linalg) tf__encode_linalg(q, op);
+        if (tf__queued_names_io(q)) {
             op->prepared = q->prepared;
             op->n_inputs = (size_t)q->n_run_inputs;
             op->inputs = q->run_io;
@@ -369,6 +370,7 @@ tf_status tf_session_synchronize(tf_session *s) {
         return tf__fail(s->client, TF_ERR_REENTERED,
                         "synchronize the session after its callback returns");
     s->stats.explicit_synchronizes++;
+    s->host_waits++;
     tf_status st = held_boundary(s, TENFERRO__SUBMIT_MODE__SUBMIT_SYNCHRONIZE);
     if (st != TF_OK) s->stats.failed_synchronizes++;
     return st;
@@ -379,6 +381,8 @@ tf_status tf_session_stats(const tf_session *s, tf_session_counters *stats) {
     *stats = s->stats;
     return TF_OK;
 }
+
+uint64_t tf_session_host_waits(const tf_session *s) { return s ? s->host_waits : 0; }
 
 tf_status tf_session_close(tf_session *s, tf_session_counters *stats) {
     if (!s) return TF_ERR_INVALID_ARGUMENT;

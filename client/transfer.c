@@ -126,7 +126,7 @@ int tf__queue_names(const tf_client *c, tf_tensor t) {
     for (size_t i = 0; i < c->n_queued; i++) {
         const tf__queued_op *q = &c->queue[i];
         /* A run of a prepared graph names its tensors in run_io (inputs, then outputs). */
-        if (q->kind == TF__OP_RUN_PREPARED) {
+        if (tf__queued_names_io(q)) {
             for (int k = 0; k < q->n_run_inputs + q->n_run_outputs; k++)
                 if (q->run_io[k] == t) return 1;
             continue;
@@ -219,6 +219,7 @@ static tf_status download(tf_client *c, tf_tensor t, void **buffer, size_t *capa
     size_t n;
     tf_status st = reachable(c, t, 0, &n);
     if (st != TF_OK) return st;
+    if (c->held) c->held->host_waits++; /* the copy waits for the work queued before it */
     tf_pinned_buffer *stage = NULL;
     if ((st = tf__staging_for(c, n, &stage)) != TF_OK) return st;
     if (stage && (st = tf__staged_download(c, t, n, stage)) != TF_OK) return st;

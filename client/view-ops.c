@@ -79,7 +79,12 @@ void tf__view_truncate(tf_view *v, size_t start) {
     tf__queued_op *ops = tf__view_ops(v, &n);
     tf__id_table *handles = tf__view_handles(v);
     for (size_t i = start; i < n; i++) {
-        if (ops[i].kind != TF__OP_FREE) tf__id_table_remove(handles, ops[i].output, NULL);
+        if (tf__queued_names_io(&ops[i])) {
+            for (int o = 0; o < ops[i].n_run_outputs; o++)
+                tf__id_table_remove(handles, ops[i].run_io[ops[i].n_run_inputs + o], NULL);
+        } else if (ops[i].kind != TF__OP_FREE) {
+            tf__id_table_remove(handles, ops[i].output, NULL);
+        }
         tf__queued_op_release(&ops[i]);
     }
     if (v->graph)

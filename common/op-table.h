@@ -13,10 +13,13 @@
  *           RUN_PREPARED: its graph's);
  *   shape   the shape rule (tf__shape_rule): ELEMENTWISE (the inputs' shape,
  *           all inputs alike), PERMUTE, RESHAPE, REDUCE, MATMUL, or a rule of
- *           the kind's own descriptor (CONTRACT, FFT), or NONE (no output);
+ *           the kind's own descriptor (CONTRACT, FFT, LINALG: several outputs,
+ *           common/linalg.h), SLICE (params: start, step, length per axis),
+ *           or NONE (no output);
  *   dtype   the dtype rule (tf__dtype_rule): SAME (every dtype, the output's
  *           is the input's), TO_REAL (every dtype, the output real of the
- *           input's precision), REAL_ONLY (f32 and f64 only), NONE;
+ *           input's precision), REAL_ONLY (f32 and f64 only), NONE (decided
+ *           by the kind's descriptor rules);
  *   family  the backend vtable entry that runs it (daemon/backend/backend.h),
  *           or none for a kind no backend entry serves (the executor runs a
  *           prepared graph's nodes itself; FREE frees).
@@ -56,7 +59,19 @@
     X(CONTRACT,     "contract",     22, 0, CONTRACT,    SAME,      contract)      \
     X(FFT,          "fft",          23, 1, FFT,         NONE,      fft)           \
     X(RUN_PREPARED, "run_prepared", 24, 0, NONE,        NONE,      none)          \
-    X(SQUARE,       "square",       25, 1, ELEMENTWISE, SAME,      unary)
+    X(SQUARE,       "square",       25, 1, ELEMENTWISE, SAME,      unary)         \
+    X(SLICE,        "slice",        26, 1, SLICE,       SAME,      permute)       \
+    X(SVD,          "svd",          27, 1, LINALG,      NONE,      linalg)        \
+    X(QR,           "qr",           28, 1, LINALG,      NONE,      linalg)        \
+    X(EIGH,         "eigh",         29, 1, LINALG,      NONE,      linalg)        \
+    X(CHOLESKY,     "cholesky",     30, 1, LINALG,      NONE,      linalg)        \
+    X(SOLVE,        "solve",        31, 2, LINALG,      NONE,      linalg)        \
+    X(INV,          "inv",          32, 1, LINALG,      NONE,      linalg)        \
+    X(DET,          "det",          33, 1, LINALG,      NONE,      linalg)        \
+    X(SLOGDET,      "slogdet",      34, 1, LINALG,      NONE,      linalg)        \
+    X(NORM,         "norm",         35, 1, LINALG,      NONE,      linalg)        \
+    X(TRACE,        "trace",        36, 1, LINALG,      NONE,      linalg)        \
+    X(DIAGONAL,     "diagonal",     37, 1, LINALG,      NONE,      linalg)
 /* clang-format on */
 
 #endif

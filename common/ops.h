@@ -38,6 +38,8 @@ typedef enum tf__shape_rule {
     TF__SHAPE_MATMUL,      /* [..., m, k] x [..., k, n] -> [..., m, n] */
     TF__SHAPE_CONTRACT,    /* the contraction descriptor's rule (tf__infer_contract) */
     TF__SHAPE_FFT,         /* the FFT descriptor's rule (tf__infer_fft) */
+    TF__SHAPE_SLICE,       /* params: (start, step, length) per input axis */
+    TF__SHAPE_LINALG,      /* the linear-algebra descriptor's rule (tf__infer_linalg) */
 } tf__shape_rule;
 
 /* Which dtypes an operation takes and which it makes (the table's dtype column). */
@@ -90,6 +92,12 @@ typedef struct tf__fft {
     int axes[TF_MAX_RANK];
     int64_t last_length; /* C2R: the output length of the last transformed axis */
 } tf__fft;
+
+/*
+ * Parameters an operation may carry: three per axis (a slice's start, step
+ * and length), more than any other kind's one per axis.
+ */
+#define TF__MAX_PARAMS (3 * TF_MAX_RANK)
 
 /* Flag bit of a reduction: keep reduced axes as dimensions of size 1. */
 #define TF__REDUCE_KEEPDIMS 1u
@@ -154,7 +162,7 @@ typedef struct tf__infer_memo {
     tf__op_kind kind;
     int n_inputs, n_params;
     unsigned flags;
-    int64_t params[TF_MAX_RANK];
+    int64_t params[TF__MAX_PARAMS];
     tf__meta in[2], out;
 } tf__infer_memo;
 

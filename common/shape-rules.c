@@ -228,13 +228,50 @@ static tf_status infer_reshape(const tf__meta *a, const int64_t *params, int n_p
     return TF_OK;
 }
 
+/*
+ * OP_SLICE: params are (start, step, length) for every input axis; a
+ * nonzero step, a length of at least 1 (tensors have no empty axes), and
+ * every index start + i * step for i < length inside the axis. The output
+ * has the lengths.
+ */
+static tf_status infer_slice(const tf__meta *in, const int64_t *params, int n_params,
+                             tf__meta *out, char *msg, size_t msg_len) {
+    if (n_params != 3 * in->rank) {
+        snprintf(msg, msg_len, "slice: %d parameters for a rank-%d input: 3 per axis (start, step, "
+                 "length) expected", n_params, in->rank);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    *out = *in;
+    for (int a = 0; a < in->rank; a++) {
+        const int64_t start = params[3 * a], step = params[3 * a + 1], length = params[3 * a + 2];
+        const int64_t dim = in->shape[a];
+        if (step == 0 || length < 1 || length > dim) {
+            snprintf(msg, msg_len, "slice: axis %d (size %lld): step %lld and length %lld: a "
+                     "nonzero step and a length from 1 to the axis expected", a, (long long)dim,
+                     (long long)step, (long long)length);
+            return TF_ERR_INVALID_ARGUMENT;
+        }
+        /* With |step| <= dim <= 2^40 and length <= dim the last index cannot overflow. */
+        const int64_t last = start + step * (length - 1);
+        if (step > dim || step < -dim || start < 0 || start >= dim || last < 0 || last >= dim) {
+            snprintf(msg, msg_len, "slice: axis %d (size %lld): start %lld, step %lld, length "
+                     "%lld reach outside the axis", a, (long long)dim, (long long)start,
+                     (long long)step, (long long)length);
+            return TF_ERR_INVALID_ARGUMENT;
+        }
+        out->shape[a] = length;
+    }
+    return TF_OK;
+}
+
 tf_status tf__infer_output(tf__op_kind kind, const tf__meta *in, int n_inputs,
                            const int64_t *params, int n_params, unsigned flags, tf__meta *out,
                            char *msg, size_t msg_len) {
     const int arity = tf__op_arity(kind);
     const tf__shape_rule rule = tf__op_shape_rule(kind);
     /* Kinds whose descriptors carry their own rules (or that make no output) are not served here. */
-    if (arity <= 0 || rule == TF__SHAPE_NONE || rule == TF__SHAPE_CONTRACT || rule == TF__SHAPE_FFT) {
+    if (arity <= 0 || rule == TF__SHAPE_NONE || rule == TF__SHAPE_CONTRACT || rule == TF__SHAPE_FFT ||
+        rule == TF__SHAPE_LINALG) {
         snprintf(msg, msg_len, "unknown operation kind %d", (int)kind);
         return TF_ERR_UNSUPPORTED;
     }
@@ -242,9 +279,10 @@ tf_status tf__infer_output(tf__op_kind kind, const tf__meta *in, int n_inputs,
         snprintf(msg, msg_len, "%s takes %d inputs, got %d", tf__op_name(kind), arity, n_inputs);
         return TF_ERR_INVALID_ARGUMENT;
     }
-    if (n_params < 0 || n_params > TF_MAX_RANK) {
+    const int max_params = rule == TF__SHAPE_SLICE ? TF__MAX_PARAMS : TF_MAX_RANK;
+    if (n_params < 0 || n_params > max_params) {
         snprintf(msg, msg_len, "%s: %d parameters, at most %d allowed", tf__op_name(kind), n_params,
-                 TF_MAX_RANK);
+                 max_params);
         return TF_ERR_AXIS;
     }
     for (int i = 0; i < n_inputs; i++) {
@@ -275,9 +313,12 @@ tf_status tf__infer_output(tf__op_kind kind, const tf__meta *in, int n_inputs,
         return infer_reduce(kind, &in[0], params, n_params, flags, out, msg, msg_len);
     case TF__SHAPE_MATMUL:
         return infer_matmul(&in[0], &in[1], out, msg, msg_len);
+    case TF__SHAPE_SLICE:
+        return infer_slice(&in[0], params, n_params, out, msg, msg_len);
     case TF__SHAPE_NONE: /* refused above */
     case TF__SHAPE_CONTRACT:
     case TF__SHAPE_FFT:
+    case TF__SHAPE_LINALG:
         break;
     }
     snprintf(msg, msg_len, "unknown operation kind %d", (int)kind);
@@ -296,7 +337,7 @@ static int memo_holds(const tf__infer_memo *m, tf__op_kind kind, const tf__meta 
 tf_status tf__infer_output_memo(tf__infer_memo *memo, tf__op_kind kind, const tf__meta *in,
                                 int n_inputs, const int64_t *params, int n_params, unsigned flags,
                                 tf__meta *out, char *msg, size_t msg_len) {
-    const int keeps = n_inputs >= 1 && n_inputs <= 2 && n_params >= 0 && n_params <= TF_MAX_RANK;
+    const int keeps = n_inputs >= 1 && n_inputs <= 2 && n_params >= 0 && n_params <= TF__MAX_PARAMS;
     if (keeps && memo_holds(memo, kind, in, n_inputs, params, n_params, flags)) {
         *out = memo->out;
         return TF_OK;

@@ -435,6 +435,179 @@ static tf_status prepare_run(tfd_conn *c, const Tenferro__Op *op, uint64_t accep
     return TF_OK;
 }
 
+/* What a linear-algebra item carries: the operation and its outputs' sizes. */
+typedef struct linalg_args {
+    tfd_linalg_op op;
+    size_t out_bytes[TF__LINALG_MAX_OUTPUTS];
+} linalg_args;
+
+/* Worker: one linear-algebra operation. */
+static tf_status run_linalg(tfd_backend *be, void *native, void *arg, char *msg, size_t len) {
+    linalg_args *a = arg;
+    return tfd_backend_run_linalg(be, native, &a->op, msg, len);
+}
+
+/* Worker: an operation that did not run (or failed) leaves every output holding zeros. */
+static void linalg_skipped(tfd_backend *be, void *native, void *arg) {
+    linalg_args *a = arg;
+    for (int o = 0; o < a->op.n_outputs; o++)
+        if (a->out_bytes[o]) (void)be->vt->fill_zero(be, native, a->op.out[o].data, a->out_bytes[o]);
+}
+
+static void linalg_drop(void *arg) { free(arg); }
+
+/* 1 when the descriptor's permutation moves an axis (an identity needs no copy). */
+static int moves_axes(const tf__linalg *l, int rank) {
+    if (!l->has_perm) return 0;
+    for (int i = 0; i < rank; i++)
+        if (l->perm[i] != i) return 1;
+    return 0;
+}
+
+/*
+ * The copy that puts a permuted input in the descriptor's order: memory of
+ * the stream's (no table record), a PERMUTE item writing it, and the FREE
+ * item that gives it back after the operation; *view is what the operation
+ * reads. On failure nothing is kept.
+ */
+static tf_status permuted_copy(tfd_conn *c, const tfd_tensor *t, const tf__linalg *l,
+                               tfd_item **perm_item, tfd_item **free_item, tfd_tensor_view *view,
+                               char *msg, size_t len) {
+    tfd_item *pi = tfd_item_new(TFD_ITEM_OP), *fi = tfd_item_new(TFD_ITEM_FREE);
+    if (!pi || !fi) {
+        tfd_item_free(pi);
+        tfd_item_free(fi);
+        snprintf(msg, len, "out of host memory");
+        return TF_ERR_NO_MEMORY;
+    }
+    tfd_op *d = &pi->u.op;
+    d->kind = TF__OP_PERMUTE;
+    d->n_inputs = 1;
+    view_of(t, &d->in[0]);
+    d->n_params = t->meta.rank;
+    d->out = d->in[0];
+    for (int i = 0; i < t->meta.rank; i++) {
+        d->params[i] = l->perm[i];
+        d->out.shape[i] = t->meta.shape[l->perm[i]];
+    }
+    tf_status st = tfd_stream_alloc(c->stream, t->bytes, &d->out.data, msg, len);
+    if (st != TF_OK) {
+        tfd_item_free(pi);
+        tfd_item_free(fi);
+        return st;
+    }
+    fi->u.free.ptr = d->out.data;
+    fi->u.free.bytes = t->bytes;
+    *view = d->out;
+    *perm_item = pi;
+    *free_item = fi;
+    return TF_OK;
+}
+
+/*
+ * OP_SVD .. OP_DIAGONAL (docs/linalg.md): the descriptor, the inputs (read
+ * after a pending upload like any operation's), the rules, fresh output ids
+ * (Op.outputs, as many as the kind makes), their memory under the quotas,
+ * then one item, after a copy of the input in the descriptor's order when
+ * the split permutes it. A refusal changes nothing.
+ */
+static tf_status prepare_linalg(tfd_conn *c, const Tenferro__Op *op, uint64_t accepted, chain *ch,
+                                uint64_t batch, uint32_t index, char *msg, size_t len) {
+    const tf__op_kind kind = (tf__op_kind)op->kind;
+    const char *name = tf__op_name(kind);
+    linalg_args *a = calloc(1, sizeof *a);
+    if (!a) {
+        snprintf(msg, len, "out of host memory");
+        return TF_ERR_NO_MEMORY;
+    }
+    tfd_linalg_op *lo = &a->op;
+    tf_status st = tfd_linalg_decode(op, &lo->desc, msg, len);
+    tf__meta in_meta[2], out_meta[TF__LINALG_MAX_OUTPUTS];
+    tfd_tensor *in_t[2] = {NULL, NULL};
+    lo->kind = kind;
+    lo->n_inputs = (int)op->n_inputs;
+    for (int i = 0; st == TF_OK && i < lo->n_inputs; i++) {
+        in_t[i] = tfd_readable_tensor(c, op->inputs[i], name, i, &st, msg, len);
+        if (in_t[i]) st = tfd_unwritten_settle(c, in_t[i], msg, len);
+        if (st == TF_OK) {
+            in_meta[i] = in_t[i]->meta;
+            view_of(in_t[i], &lo->in[i]);
+        }
+    }
+    if (st == TF_OK)
+        st = tf__infer_linalg(kind, &lo->desc, in_meta, lo->n_inputs, out_meta, msg, len);
+    if (st == TF_OK && op->n_outputs != (size_t)lo->desc.n_outputs) {
+        snprintf(msg, len, "%s: these options make %d outputs; the operation names %zu", name,
+                 lo->desc.n_outputs, op->n_outputs);
+        st = TF_ERR_INVALID_ARGUMENT;
+    }
+    const int n_out = lo->desc.n_outputs;
+    uint64_t total = 0;
+    for (int o = 0; st == TF_OK && o < n_out; o++) {
+        const uint64_t id = op->outputs[o];
+        int repeated = 0;
+        for (int j = 0; j < o; j++) repeated |= op->outputs[j] == id;
+        if (id == 0 || repeated || tfd_tensor_table_find(&c->tensors, id)) {
+            snprintf(msg, len, "%s output %d: handle %llu is zero, repeated or in use", name, o,
+                     (unsigned long long)id);
+            st = TF_ERR_INVALID_ARGUMENT;
+        }
+        total += tf__meta_bytes(&out_meta[o]);
+    }
+    const int permute = st == TF_OK && moves_axes(&lo->desc, in_meta[0].rank);
+    if (st == TF_OK)
+        st = tfd_quota_check(c, total + (permute ? in_t[0]->bytes : 0), (uint64_t)n_out,
+                             accepted + 1, msg, len);
+    tfd_item *it = st == TF_OK ? tfd_item_new(TFD_ITEM_RUN) : NULL;
+    if (st == TF_OK && !it) {
+        snprintf(msg, len, "out of host memory");
+        st = TF_ERR_NO_MEMORY;
+    }
+    tfd_item *perm_item = NULL, *free_item = NULL;
+    if (st == TF_OK && permute)
+        st = permuted_copy(c, in_t[0], &lo->desc, &perm_item, &free_item, &lo->in[0], msg, len);
+    tfd_item *spares[TF__LINALG_MAX_OUTPUTS] = {0};
+    int made = 0;
+    for (int o = 0; st == TF_OK && o < n_out; o++) {
+        tfd_tensor rec;
+        st = make_output(c, ch, op->outputs[o], &out_meta[o], &rec, &spares[o], msg, len);
+        if (st != TF_OK) break;
+        view_of(&rec, &lo->out[o]);
+        a->out_bytes[o] = rec.bytes;
+        made++;
+    }
+    if (st != TF_OK) {
+        unmake_outputs(c, ch, op, made, spares);
+        if (perm_item) {
+            c->srv->backend.vt->free(&c->srv->backend, tfd_stream_native(c->stream),
+                                     free_item->u.free.ptr, free_item->u.free.bytes);
+            tfd_executor_note_free(c->srv->ex, free_item->u.free.bytes);
+        }
+        tfd_item_free(perm_item);
+        tfd_item_free(free_item);
+        tfd_item_free(it);
+        free(a);
+        return st;
+    }
+    for (int o = 0; o < made; o++)
+        if (spares[o]) tfd_item_free(spares[o]);
+    lo->n_outputs = n_out;
+    lo->batch = batch;
+    lo->index = index;
+    it->u.run.fn = run_linalg;
+    it->u.run.skipped = linalg_skipped;
+    it->u.run.drop = linalg_drop;
+    it->u.run.arg = a;
+    /* The permuting copy reads the caller's tensor; the operation then reads only its own copy. */
+    tfd_item *reader = perm_item ? perm_item : it;
+    for (int i = 0; i < lo->n_inputs; i++)
+        if (in_t[i]) order_read(c, in_t[i], i == 0 ? reader : it);
+    if (perm_item) chain_push(ch, perm_item);
+    chain_push(ch, it);
+    if (free_item) chain_push(ch, free_item);
+    return TF_OK;
+}
+
 /*
  * While operation i is checked, asks for what the next ones will read: the
  * decoded operation after next (decoded a while ago, it has left the
@@ -493,6 +666,9 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
                        : op->kind == TF__OP_RUN_PREPARED
                            ? prepare_run(c, op, out->accepted - flushed, &ch, out->message,
                                          sizeof out->message)
+                       : op->kind < TF__OP_KIND_COUNT && tf__is_linalg((tf__op_kind)op->kind)
+                           ? prepare_linalg(c, op, out->accepted - flushed, &ch, batch,
+                                            (uint32_t)i, out->message, sizeof out->message)
                            : prepare_op(c, op, out->accepted - flushed, &ch, &memo, out->message,
                                         sizeof out->message);
         if (st != TF_OK) {

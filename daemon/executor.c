@@ -197,11 +197,22 @@ void tfd_executor_on_device_lost(tfd_executor *ex, void (*fn)(void *arg, const c
 static void publish_completed(tfd_executor *ex, tfd_item *it, void *event) {
     char msg[256] = "";
     tf_status st = ex->be->vt->event_wait(ex->be, event, msg, sizeof msg);
+    uint64_t batch = it->batch;
+    uint32_t index = it->index;
+    /*
+     * A failure the device found after its call returned (a solver's info)
+     * names its own operation; a synchronize forgets it once reported, a
+     * download reports it and leaves it for the synchronize.
+     */
+    const int marker = it->type == TFD_ITEM_MARKER && !it->keeps_failure;
+    if (st == TF_OK && it->outcome.status == TF_OK && ex->be->vt->event_failure &&
+        (marker || it->type == TFD_ITEM_READ))
+        st = ex->be->vt->event_failure(ex->be, event, marker, &batch, &index, msg, sizeof msg);
     release_event(ex, it, event);
     if (st != TF_OK && it->outcome.status == TF_OK) {
         it->outcome.status = st;
-        it->outcome.batch = it->batch;
-        it->outcome.index = it->index;
+        it->outcome.batch = batch;
+        it->outcome.index = index;
         snprintf(it->outcome.message, sizeof it->outcome.message, "%s", msg);
         atomic_fetch_add(&ex->counters.execution_errors, 1);
     }

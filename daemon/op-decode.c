@@ -97,13 +97,20 @@ tf_status tfd_op_decode(const Tenferro__Op *op, int test_fault_allowed, tfd_op *
         snprintf(msg, len, "unknown operation kind %u", op->kind);
         return TF_ERR_UNSUPPORTED;
     }
+    /* Batches take linear algebra through prepare_linalg; nothing else runs it. */
+    if (tf__is_linalg(kind)) {
+        snprintf(msg, len, "%s: linear algebra runs in sessions; a prepared graph does not hold it",
+                 tf__op_name(kind));
+        return TF_ERR_UNSUPPORTED;
+    }
     if ((int)op->n_inputs != arity) {
         snprintf(msg, len, "%s takes %d inputs, got %zu", tf__op_name(kind), arity, op->n_inputs);
         return TF_ERR_INVALID_ARGUMENT;
     }
-    if (op->n_params > TF_MAX_RANK) {
-        snprintf(msg, len, "%s: %zu parameters, at most %d allowed", tf__op_name(kind), op->n_params,
-                 TF_MAX_RANK);
+    const size_t max_params = kind == TF__OP_SLICE ? TF__MAX_PARAMS : TF_MAX_RANK;
+    if (op->n_params > max_params) {
+        snprintf(msg, len, "%s: %zu parameters, at most %zu allowed", tf__op_name(kind), op->n_params,
+                 max_params);
         return TF_ERR_AXIS;
     }
     /* Fault injection exists only for a daemon started for tests (docs/cuda.md). */
@@ -136,4 +143,51 @@ tf_status tfd_op_infer(const Tenferro__Op *op, tfd_op *d, tf__infer_memo *memo, 
         return tf__infer_output(d->kind, in, d->n_inputs, d->params, d->n_params, d->flags, out,
                                 msg, len);
     }
+}
+
+_Static_assert((int)TF__ABSORB_BOTH == TENFERRO__ABSORB__ABSORB_BOTH, "absorb matches the proto");
+_Static_assert((int)TF__NORM_MATRIX == TENFERRO__NORM_KIND__NORM_MATRIX, "norms match the proto");
+
+tf_status tfd_linalg_decode(const Tenferro__Op *op, tf__linalg *l, char *msg, size_t len) {
+    const tf__op_kind kind = (tf__op_kind)op->kind;
+    const Tenferro__Linalg *w = op->linalg;
+    const char *name = tf__op_name(kind);
+    memset(l, 0, sizeof *l);
+    if (!w) {
+        snprintf(msg, len, "%s: the operation carries no Linalg descriptor (Op.linalg)", name);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if ((int)op->n_inputs != tf__op_arity(kind)) {
+        snprintf(msg, len, "%s takes %d inputs, got %zu", name, tf__op_arity(kind), op->n_inputs);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    if (w->n_perm > TF_MAX_RANK || w->n_batch > TF_MAX_RANK || w->n_rows > TF_MAX_RANK) {
+        snprintf(msg, len, "%s: the split names more axes than a tensor has (%d)", name, TF_MAX_RANK);
+        return TF_ERR_AXIS;
+    }
+    l->has_perm = w->n_perm > 0;
+    for (size_t i = 0; i < w->n_perm; i++) l->perm[i] = w->perm[i];
+    l->n_batch = (int)w->n_batch;
+    l->n_rows = (int)w->n_rows;
+    l->full = w->full;
+    l->compute_uv = w->compute_uv;
+    l->upper = w->upper;
+    l->truncate = w->truncate;
+    if (w->truncation) {
+        const Tenferro__Truncation *t = w->truncation;
+        l->trunc.max_rank = t->max_rank;
+        l->trunc.min_rank = t->min_rank;
+        l->trunc.cutoff = t->cutoff;
+        l->trunc.rel_cutoff = t->rel_cutoff;
+        l->trunc.discarded_weight = t->discarded_weight;
+        l->trunc.rel_discarded_weight = t->rel_discarded_weight;
+        l->trunc.keep_degenerate = t->keep_degenerate;
+        l->trunc.absorb = (tf__absorb)t->absorb;
+        l->trunc.renormalize = t->renormalize;
+    }
+    l->norm_kind = (tf__norm_kind)w->norm_kind;
+    l->norm_p = w->norm_p;
+    l->keepdims = w->keepdims;
+    l->offset = w->offset;
+    return TF_OK;
 }

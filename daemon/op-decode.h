@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "common/frame.h"
+#include "common/linalg.h"
 #include "common/ops.h"
 #include "daemon/backend/backend.h"
 
@@ -34,5 +35,13 @@ tf_status tfd_op_decode(const Tenferro__Op *op, int test_fault_allowed, tfd_op *
  */
 tf_status tfd_op_infer(const Tenferro__Op *op, tfd_op *d, tf__infer_memo *memo, const tf__meta *in,
                        tf__meta *out, char *msg, size_t len);
+
+/*
+ * A linear-algebra operation's descriptor (Op.linalg) into *l, with what
+ * tf__linalg cannot hold refused (a missing descriptor, more axes than a
+ * tensor has, the wrong number of inputs); tf__infer_linalg checks the rest
+ * against the inputs.
+ */
+tf_status tfd_linalg_decode(const Tenferro__Op *op, tf__linalg *l, char *msg, size_t len);
 
 #endif

@@ -28,6 +28,8 @@ typedef tf_status (*family_fn)(tfd_backend *be, void *stream, const tfd_op *op, 
 #define FAMILY_inject_fault(vt) (vt)->inject_fault
 #define FAMILY_contract(vt) (vt)->contract
 #define FAMILY_fft(vt) (vt)->fft
+/* Linear algebra has several outputs and its own entry (tfd_backend_run_linalg). */
+#define FAMILY_linalg(vt) NULL
 
 /* Keeps the kind-to-family map in the table, so a backend only ever sees its own families. */
 static family_fn family_of(const tfd_backend_vtable *vt, tf__op_kind kind) {
@@ -41,6 +43,17 @@ static family_fn family_of(const tfd_backend_vtable *vt, tf__op_kind kind) {
     return NULL;
 }
 
+/* A lost device computes nothing more: no result after the fault could be trusted. */
+static tf_status check_health(tfd_backend *be, char *msg, size_t msg_len) {
+    char why[192];
+    if (be->vt->health && be->vt->health(be, why, sizeof why) != TF_OK) {
+        snprintf(msg, msg_len, "%s: the device was lost earlier and runs nothing more: %s",
+                 be->vt->name ? be->vt->name : "?", why);
+        return TF_ERR_DEVICE;
+    }
+    return TF_OK;
+}
+
 /* A kind no family serves is refused with a message instead of reaching a kernel. */
 tf_status tfd_backend_run_op(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                              size_t msg_len) {
@@ -48,13 +61,8 @@ tf_status tfd_backend_run_op(tfd_backend *be, void *stream, const tfd_op *op, ch
         snprintf(msg, msg_len, "run_op: no backend or no operation given");
         return TF_ERR_INTERNAL;
     }
-    /* A lost device computes nothing more: no result after the fault could be trusted. */
-    char why[192];
-    if (be->vt->health && be->vt->health(be, why, sizeof why) != TF_OK) {
-        snprintf(msg, msg_len, "%s: the device was lost earlier and runs nothing more: %s",
-                 be->vt->name ? be->vt->name : "?", why);
-        return TF_ERR_DEVICE;
-    }
+    tf_status st = check_health(be, msg, msg_len);
+    if (st != TF_OK) return st;
     family_fn fn = family_of(be->vt, op->kind);
     if (fn == NULL) {
         snprintf(msg, msg_len, "%s backend does not run operation kind %d (%s)",
@@ -62,4 +70,20 @@ tf_status tfd_backend_run_op(tfd_backend *be, void *stream, const tfd_op *op, ch
         return TF_ERR_UNSUPPORTED;
     }
     return fn(be, stream, op, msg, msg_len);
+}
+
+tf_status tfd_backend_run_linalg(tfd_backend *be, void *stream, const tfd_linalg_op *op, char *msg,
+                                 size_t msg_len) {
+    if (be == NULL || be->vt == NULL || op == NULL) {
+        snprintf(msg, msg_len, "run_linalg: no backend or no operation given");
+        return TF_ERR_INTERNAL;
+    }
+    tf_status st = check_health(be, msg, msg_len);
+    if (st != TF_OK) return st;
+    if (!be->vt->linalg) {
+        snprintf(msg, msg_len, "%s backend does not run linear algebra (%s)",
+                 be->vt->name ? be->vt->name : "?", tf__op_name(op->kind));
+        return TF_ERR_UNSUPPORTED;
+    }
+    return be->vt->linalg(be, stream, op, msg, msg_len);
 }

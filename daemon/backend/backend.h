@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/linalg.h"
 #include "common/ops.h"
 #include "tenferro/status.h"
 #include "tenferro/types.h"
@@ -35,13 +36,33 @@ typedef struct tfd_op {
     tfd_tensor_view in[2];
     tfd_tensor_view out;
     int n_params;
-    int64_t params[TF_MAX_RANK]; /* permutation, new shape or reduced axes */
+    int64_t params[TF__MAX_PARAMS]; /* permutation, new shape, reduced axes, slice triples */
     unsigned flags;              /* TF__REDUCE_KEEPDIMS */
     tf_scalar alpha;             /* scale, axpby */
     tf_scalar beta;              /* axpby */
     tf__contraction contract;    /* TF__OP_CONTRACT, checked by tf__infer_contract */
     tf__fft fft;                 /* TF__OP_FFT, checked by tf__infer_fft */
 } tfd_op;
+
+/*
+ * One validated linear-algebra operation (OP_SVD .. OP_DIAGONAL,
+ * docs/linalg.md). The input is in the canonical layout the descriptor's
+ * filled-in sizes describe (desc.b matrices of desc.m x desc.n, contiguous,
+ * row-major: the daemon permuted it first if the split asked for it); the
+ * outputs are fresh, contiguous, in the wire order of the kind. `batch` and
+ * `index` name the operation in its Submit, for a failure the device finds
+ * after the call returned (event_failure).
+ */
+typedef struct tfd_linalg_op {
+    tf__op_kind kind;
+    tf__linalg desc;
+    int n_inputs;
+    tfd_tensor_view in[2];
+    int n_outputs;
+    tfd_tensor_view out[TF__LINALG_MAX_OUTPUTS];
+    uint64_t batch;
+    uint32_t index;
+} tfd_linalg_op;
 
 /* What one daemon-wide cache holds and how it has been used (status, metrics). */
 typedef struct tfd_cache_stats {
@@ -149,6 +170,19 @@ typedef struct tfd_backend_vtable {
     tf_status (*fft)(tfd_backend *be, void *stream, const tfd_op *op, char *msg, size_t msg_len);
 
     /*
+     * Optional (NULL: TF_ERR_UNSUPPORTED): the linear-algebra kinds
+     * (docs/linalg.md). What the call can see fails the call with a typed
+     * status (TF_ERR_NOT_CONVERGED, TF_ERR_SINGULAR,
+     * TF_ERR_NOT_POSITIVE_DEFINITE, TF_ERR_NOT_FINITE) and a message naming
+     * the failing matrix of the batch; every output then holds zeros. A
+     * backend whose solver reports on the device (CUDA's info words) does not
+     * wait for it: it zeroes the outputs on the device and reports the
+     * failure through event_failure.
+     */
+    tf_status (*linalg)(tfd_backend *be, void *stream, const tfd_linalg_op *op, char *msg,
+                        size_t msg_len);
+
+    /*
      * Optional (NULL: none): the backend's daemon-wide caches (plans shared by
      * every client), up to max entries written into out; returns how many.
      * Any thread may ask; the counters are read without stopping the users.
@@ -176,6 +210,19 @@ typedef struct tfd_backend_vtable {
     tf_status (*event_record)(tfd_backend *be, void *stream, void **event, char *msg, size_t msg_len);
     tf_status (*event_wait)(tfd_backend *be, void *event, char *msg, size_t msg_len);
     void (*event_destroy)(tfd_backend *be, void *event);
+
+    /*
+     * Optional (NULL: every failure is the call's own): after event_wait of
+     * `event` returned TF_OK, the first failure the device found in
+     * linear-algebra work enqueued on the event's stream before the event was
+     * recorded and not yet consumed: TF_OK when none, else its status, with
+     * the failing operation's batch and index (tfd_linalg_op) and a message.
+     * `consume` (a synchronize) forgets the failures up to the event; without
+     * it (a download) they stay for the next synchronize. Called from the
+     * completion thread while workers keep enqueueing.
+     */
+    tf_status (*event_failure)(tfd_backend *be, void *event, int consume, uint64_t *batch,
+                               uint32_t *index, char *msg, size_t msg_len);
 
     /*
      * Optional, for asynchronous backends: 1 when everything enqueued on the
@@ -295,5 +342,9 @@ extern const tfd_backend_vtable tfd_cpu_backend;
  */
 tf_status tfd_backend_run_op(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                              size_t msg_len);
+
+/* The same for a linear-algebra operation, through the backend's linalg entry. */
+tf_status tfd_backend_run_linalg(tfd_backend *be, void *stream, const tfd_linalg_op *op, char *msg,
+                                 size_t msg_len);
 
 #endif

@@ -86,6 +86,14 @@ TF_EXTERN tf_status tf_session_synchronize(tf_session *session);
 TF_EXTERN tf_status tf_session_stats(const tf_session *session, tf_session_counters *stats);
 
 /*
+ * How often this client waited for the device's results while the session
+ * was open: its synchronizes, and the blocking downloads and truncation
+ * report reads (tf_truncation_report_read) it made between them. A loop that
+ * must not wait per step reads it to prove so (docs/linalg.md).
+ */
+TF_EXTERN uint64_t tf_session_host_waits(const tf_session *session);
+
+/*
  * Submits what is queued, releases the reservation and the binding, writes the
  * final counters to *stats (may be NULL) and frees the session, whatever the
  * result. A submission failure is returned, and the reservation is released anyway.

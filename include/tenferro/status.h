@@ -40,7 +40,11 @@ extern "C" {
     X(TF_ERR_IO, 21, "system call failed")                                                        \
     X(TF_ERR_BAD_SHAPE, 22, "invalid shape: every dimension must be at least 1 and rank at most 8") \
     X(TF_ERR_BATCH_FAILED, 23, "an earlier operation of this batch failed, so this one was not run") \
-    X(TF_ERR_PEER, 24, "the other daemon of a device-to-device copy refused it, failed or went away")
+    X(TF_ERR_PEER, 24, "the other daemon of a device-to-device copy refused it, failed or went away") \
+    X(TF_ERR_NOT_CONVERGED, 25, "a linear-algebra solver did not converge")                         \
+    X(TF_ERR_SINGULAR, 26, "the matrix is singular")                                               \
+    X(TF_ERR_NOT_POSITIVE_DEFINITE, 27, "the matrix is not positive definite")                     \
+    X(TF_ERR_NOT_FINITE, 28, "the input holds nan or inf")
 
 typedef enum tf_status {
 #define TF_STATUS_ENUM_(name, num, msg) name = num,

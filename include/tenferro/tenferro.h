@@ -7,6 +7,7 @@
 #include "tenferro/einsum.h"
 #include "tenferro/fft.h"
 #include "tenferro/graph.h"
+#include "tenferro/linalg.h"
 #include "tenferro/peer.h"
 #include "tenferro/session.h"
 #include "tenferro/status.h"

@@ -49,6 +49,15 @@ TF_EXTERN tf_status tf_view_reshape(tf_view *v, tf_tensor a, int rank, const int
 TF_EXTERN tf_status tf_view_copy(tf_view *v, tf_tensor a, tf_tensor *out);
 
 /*
+ * A strided slice, as a contiguous copy: for each of a's axes i, length[i]
+ * elements from index start[i] in steps of step[i] (nonzero, negative to go
+ * backwards); every index taken must lie inside the axis and every length be
+ * at least 1.
+ */
+TF_EXTERN tf_status tf_view_slice(tf_view *v, tf_tensor a, const int64_t *start,
+                                  const int64_t *step, const int64_t *length, tf_tensor *out);
+
+/*
  * Reduces over `n_axes` distinct axes (0 axes: all of them); keepdims keeps
  * them as size 1. MAX and MIN are served for real dtypes only.
  */

@@ -295,7 +295,7 @@ START_TEST(test_names_and_arity) {
         else if (k == TF__OP_FREE)
             want = -1;
         else if (k == TF__OP_ADD || k == TF__OP_SUB || k == TF__OP_MUL || k == TF__OP_DIV ||
-                 k == TF__OP_AXPBY || k == TF__OP_MATMUL)
+                 k == TF__OP_AXPBY || k == TF__OP_MATMUL || k == TF__OP_SOLVE)
             want = 2;
         ck_assert_msg(arity == want, "kind %s: arity %d, want %d", name, arity, want);
     }
