@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -865,9 +866,29 @@ int tfd_conn_continue_later(tfd_conn *c, void (*fn)(tfd_conn *c, void *arg), voi
     return 0;
 }
 
+/*
+ * Bytes the client sent that the daemon has not yet looked at: in the socket
+ * or read but not parsed. A loop held up for longer than the handshake
+ * deadline (a long free, a slow machine) sees the deadline and the Hello
+ * that came in time together, the timer first.
+ */
+static int hello_unread(tfd_conn *c) {
+    int pending = 0;
+    uv_os_fd_t fd;
+    if (c->rlen > 0) return 1;
+    return uv_fileno((const uv_handle_t *)&c->pipe, &fd) == 0 && ioctl(fd, FIONREAD, &pending) == 0 &&
+           pending > 0;
+}
+
 static void on_hello_deadline(uv_timer_t *t) {
     tfd_conn *c = t->data;
     if (c->hello_done || c->closing) return;
+    /* One more period, once: a client that trickles its Hello still ends at the second deadline. */
+    if (!c->hello_grace && hello_unread(c)) {
+        c->hello_grace = 1;
+        uv_timer_start(t, on_hello_deadline, c->srv->opt.hello_timeout_ms, 0);
+        return;
+    }
     tfd_log(TFD_LOG_INFO, "client %llu (pid %d uid %u) sent no Hello within %llu ms: closed",
             (unsigned long long)c->client_id, (int)c->pid, (unsigned)c->uid,
             (unsigned long long)c->srv->opt.hello_timeout_ms);

@@ -52,6 +52,7 @@ struct tfd_conn {
     int eof_marker;      /* that marker has not completed yet */
     uint32_t decodes;    /* large frames being decoded off the loop (connection.c) */
     uv_timer_t *hello_timer; /* closes a connection that does not say Hello in time */
+    int hello_grace;     /* the deadline was put off once for a Hello not yet read */
     uv_idle_t *later;    /* runs later_fn on the next loop turn (tfd_conn_continue_later) */
     void (*later_fn)(tfd_conn *c, void *arg);
     void *later_arg;
