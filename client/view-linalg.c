@@ -397,6 +397,9 @@ tf_status tf_truncation_report_read(tf_client *c, tf_tensor report, tf_truncatio
         return tf__fail(c, TF_ERR_INVALID_ARGUMENT,
                         "tensor %llu is not a truncation report (f64 [..., %d])",
                         (unsigned long long)report, TF__REPORT_ENTRIES);
+    /* A report a held session's queue has not carried yet goes with that queue first. */
+    if (h->pending && c->held && !c->in_callback && (st = tf_session_submit(c->held)) != TF_OK)
+        return st;
     void *data = NULL;
     size_t bytes = 0;
     if ((st = tf_download(c, report, &data, &bytes)) != TF_OK) return st;

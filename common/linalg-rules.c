@@ -363,14 +363,15 @@ tf_status tf__infer_linalg(tf__op_kind kind, tf__linalg *l, const tf__meta *in, 
             return TF_ERR_AXIS;
         }
         const int64_t off = l->offset;
-        /* The diagonal's length: rows from max(0, -off), columns from max(0, off). */
-        const int64_t rows = l->m - (off < 0 ? -off : 0), cols = l->n - (off > 0 ? off : 0);
-        const int64_t d = rows < cols ? rows : cols;
-        if (off <= -l->m || off >= l->n || d < 1) {
+        /* Refused first: past this check -off cannot overflow (an offset of INT64_MIN). */
+        if (off <= -l->m || off >= l->n) {
             snprintf(msg, len, "%s: offset %lld leaves no diagonal of a %lld x %lld matrix", name,
                      (long long)off, (long long)l->m, (long long)l->n);
             return TF_ERR_INVALID_ARGUMENT;
         }
+        /* The diagonal's length (at least 1): rows from max(0, -off), columns from max(0, off). */
+        const int64_t rows = l->m - (off < 0 ? -off : 0), cols = l->n - (off > 0 ? off : 0);
+        const int64_t d = rows < cols ? rows : cols;
         l->k = d;
         int64_t shape[TF_MAX_RANK];
         int n = 0;

@@ -251,9 +251,10 @@ static tf_status infer_slice(const tf__meta *in, const int64_t *params, int n_pa
                      (long long)step, (long long)length);
             return TF_ERR_INVALID_ARGUMENT;
         }
-        /* With |step| <= dim <= 2^40 and length <= dim the last index cannot overflow. */
-        const int64_t last = start + step * (length - 1);
-        if (step > dim || step < -dim || start < 0 || start >= dim || last < 0 || last >= dim) {
+        /* Bounded first: with |step| <= dim <= 2^40 and length <= dim, the last index cannot overflow. */
+        const int in_range = step <= dim && step >= -dim && start >= 0 && start < dim;
+        const int64_t last = in_range ? start + step * (length - 1) : -1;
+        if (!in_range || last < 0 || last >= dim) {
             snprintf(msg, msg_len, "slice: axis %d (size %lld): start %lld, step %lld, length "
                      "%lld reach outside the axis", a, (long long)dim, (long long)start,
                      (long long)step, (long long)length);

@@ -534,6 +534,12 @@ static tf_status prepare_linalg(tfd_conn *c, const Tenferro__Op *op, uint64_t ac
             view_of(in_t[i], &lo->in[i]);
         }
     }
+    /* A perm names every axis of the input or is absent: the descriptor cannot tell a short one. */
+    if (st == TF_OK && op->linalg->n_perm && op->linalg->n_perm != (size_t)in_meta[0].rank) {
+        snprintf(msg, len, "%s: perm has %zu entries for a rank-%d input", name, op->linalg->n_perm,
+                 in_meta[0].rank);
+        st = TF_ERR_AXIS;
+    }
     if (st == TF_OK)
         st = tf__infer_linalg(kind, &lo->desc, in_meta, lo->n_inputs, out_meta, msg, len);
     if (st == TF_OK && op->n_outputs != (size_t)lo->desc.n_outputs) {

@@ -14,9 +14,10 @@ build)
     # clang and libclang-rt-dev (libFuzzer, ASan, UBSan) and dpkg-dev (dpkg-source, which unpacks
     # protobuf-c's source package for the instrumented runtime) are for the fuzz targets;
     # python3-dev and python3-venv for the Python package (make test-python: numpy and pytest
-    # come from PyPI into a venv).
+    # come from PyPI into a venv); liblapacke-dev for <lapack.h>, the prototypes of the LAPACK
+    # inside OpenBLAS (daemon/backend/cpu/linalg.c).
     PACKAGES="build-essential pkg-config libuv1-dev libprotobuf-c-dev protobuf-c-compiler check \
-libsubunit-dev libinih-dev libsystemd-dev libopenblas-dev libfftw3-dev systemd \
+libsubunit-dev libinih-dev libsystemd-dev libopenblas-dev liblapacke-dev libfftw3-dev systemd \
 clang libclang-rt-dev dpkg-dev python3-dev python3-venv"
     ;;
 slurm) PACKAGES="slurmctld slurmd slurm-client munge" ;;

@@ -183,7 +183,8 @@ TF_EXTERN tf_status tf_view_diagonal(tf_view *v, tf_tensor a, int64_t offset, tf
  * Reads a truncation report (tf_view_svd_truncated, tf_view_eigh_truncated):
  * waits for the operation that made it, like a download of that one tensor,
  * and writes up to n entries (one per matrix of the batch, in order) into out.
- * Called outside a view callback or between a held session's submits.
+ * Called outside a view callback; in a held session, a report still in its
+ * queue is submitted first (tf_session_submit).
  */
 TF_EXTERN tf_status tf_truncation_report_read(tf_client *c, tf_tensor report,
                                               tf_truncation_report *out, size_t n);

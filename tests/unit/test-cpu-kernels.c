@@ -706,6 +706,57 @@ START_TEST(test_backend_lifecycle) {
 }
 END_TEST
 
+/*
+ * Tensors of megabytes freed are kept for the next of their size (not under
+ * AddressSanitizer, which must see every reuse): the same block comes back,
+ * a much smaller request does not take it, more than the slots hold lets the
+ * oldest go, and trim empties them.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define BLOCKS_KEPT 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BLOCKS_KEPT 0
+#endif
+#endif
+#ifndef BLOCKS_KEPT
+#define BLOCKS_KEPT 1
+#endif
+
+START_TEST(test_large_blocks_reused) {
+    const size_t big = (size_t)2 << 20;
+    void *p = NULL, *q = NULL, *r = NULL;
+    ck_assert_int_eq(be.vt->alloc(&be, stream, big, &p), TF_OK);
+    memset(p, 0x5A, big);
+    be.vt->free(&be, stream, p, big);
+    ck_assert_int_eq(be.vt->alloc(&be, stream, big - 100, &q), TF_OK);
+    ck_assert_uint_eq((uintptr_t)q % 64, 0);
+    if (BLOCKS_KEPT) ck_assert_ptr_eq(q, p);
+    memset(q, 0x3C, big - 100);
+    be.vt->free(&be, stream, q, big - 100);
+    ck_assert_int_eq(be.vt->alloc(&be, stream, big / 2 + 4096, &r), TF_OK);
+    if (BLOCKS_KEPT) ck_assert_ptr_ne(r, q);
+    memset(r, 0x11, big / 2 + 4096);
+    be.vt->free(&be, stream, r, big / 2 + 4096);
+    /* more than the slots and bytes kept: every block stays usable, the oldest are let go */
+    enum { MANY = 12 };
+    void *blocks[MANY];
+    const size_t each = (size_t)8 << 20;
+    for (int i = 0; i < MANY; i++) {
+        ck_assert_int_eq(be.vt->alloc(&be, stream, each, &blocks[i]), TF_OK);
+        memset(blocks[i], i, each);
+    }
+    for (int i = 0; i < MANY; i++) be.vt->free(&be, stream, blocks[i], each);
+    for (int i = 0; i < MANY; i++) {
+        ck_assert_int_eq(be.vt->alloc(&be, stream, each, &blocks[i]), TF_OK);
+        memset(blocks[i], 0x77, each);
+    }
+    for (int i = 0; i < MANY; i++) be.vt->free(&be, stream, blocks[i], each);
+    msg[0] = '\0';
+    ck_assert_int_eq(be.vt->trim(&be, msg, sizeof msg), TF_OK);
+}
+END_TEST
+
 START_TEST(test_run_op_unsupported) {
     static const tf__op_kind kinds[] = {TF__OP_NONE, TF__OP_FREE, TF__OP_KIND_COUNT};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
@@ -767,6 +818,7 @@ static Suite *cpu_kernels_suite(int forking) {
     tcase_add_loop_test(tc, test_reduce_nan, 0, 2);
     tcase_add_test(tc, test_reduce_max_complex_refused);
     tcase_add_loop_test(tc, test_matmul, 0, 4);
+    tcase_add_test(tc, test_large_blocks_reused);
     suite_add_tcase(s, tc);
     if (forking) { /* the loss outlives the test: it needs a process of its own */
         TCase *fault = tcase_create("fault injection");

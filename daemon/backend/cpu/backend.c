@@ -43,9 +43,17 @@ static size_t physical_bytes = SIZE_MAX;
  */
 static _Atomic size_t live_bytes;
 
-/* A logical stream: CPU work needs no queue, but the executor expects a distinct handle. */
+/*
+ * A logical stream: CPU work needs no queue, but the executor expects a
+ * distinct handle. It keeps the workspace of the kernels run on it
+ * (tfd_cpu_scratch_take): one worker serves a stream at a time, and `busy`
+ * sends a second taker, should there ever be one, to an allocation of its own.
+ */
 typedef struct cpu_stream {
     tfd_backend *be;
+    void *scratch;
+    size_t scratch_bytes;
+    atomic_int busy;
 } cpu_stream;
 
 /* Extracts "0.3.21" from "OpenBLAS 0.3.21 NO_LAPACKE ..." so the description stays short. */
@@ -102,15 +110,18 @@ static void cpu_close(tfd_backend *be) {
 
 static tf_status cpu_stream_create(tfd_backend *be, int priority, void **stream) {
     (void)priority;
-    cpu_stream *s = malloc(sizeof *s);
+    cpu_stream *s = calloc(1, sizeof *s);
     if (s == NULL) return TF_ERR_NO_MEMORY;
     s->be = be;
+    atomic_init(&s->busy, 0);
     *stream = s;
     return TF_OK;
 }
 
 static void cpu_stream_destroy(tfd_backend *be, void *stream) {
     (void)be;
+    cpu_stream *s = stream;
+    if (s) free(s->scratch);
     free(stream);
 }
 
@@ -138,14 +149,16 @@ static tf_status cpu_alloc(tfd_backend *be, void *stream, size_t bytes, void **p
     /*
      * Small tensors take a kept block (cpu/blocks.h) or malloc's fast path
      * (16-byte aligned, enough for every dtype); aligned_alloc costs a third
-     * of a small operation's daemon time.
+     * of a small operation's daemon time. Large ones take a kept block of
+     * their size when there is one, its pages already mapped.
      */
     void *p = NULL;
     if (rounded <= CPU_SMALL_BYTES) {
         p = tfd_cpu_block_take(rounded);
         if (!p) p = malloc(rounded);
     } else {
-        p = aligned_alloc(CPU_ALIGN, rounded);
+        p = tfd_cpu_large_take(rounded);
+        if (!p) p = aligned_alloc(CPU_ALIGN, rounded);
     }
     if (p == NULL) {
         atomic_fetch_sub_explicit(&live_bytes, rounded, memory_order_relaxed);
@@ -160,7 +173,37 @@ static void cpu_free(tfd_backend *be, void *stream, void *ptr, size_t bytes) {
     (void)stream;
     if (!ptr) return;
     atomic_fetch_sub_explicit(&live_bytes, cpu_rounded(bytes), memory_order_relaxed);
-    if (bytes > CPU_SMALL_BYTES || !tfd_cpu_block_give(ptr)) free(ptr);
+    if (bytes > CPU_SMALL_BYTES ? !tfd_cpu_large_give(ptr) : !tfd_cpu_block_give(ptr)) free(ptr);
+}
+
+/*
+ * The stream's workspace when it is free and the request fits what a stream
+ * keeps: grown (never shrunk) to the largest request so far, so the pages a
+ * factorization's workspace spans are touched once, not faulted in afresh at
+ * every call as a new allocation of megabytes would be. Anything else is an
+ * allocation of its own, freed when given back.
+ */
+void *tfd_cpu_scratch_take(void *stream, size_t bytes, int *kept) {
+    cpu_stream *s = stream;
+    *kept = 0;
+    if (bytes > SIZE_MAX - CPU_ALIGN) return NULL;
+    const size_t rounded = cpu_rounded(bytes);
+    if (!s || rounded > TFD_CPU_SCRATCH_KEPT || atomic_exchange(&s->busy, 1))
+        return aligned_alloc(CPU_ALIGN, rounded);
+    if (s->scratch_bytes < rounded) {
+        free(s->scratch);
+        s->scratch = aligned_alloc(CPU_ALIGN, rounded);
+        s->scratch_bytes = s->scratch ? rounded : 0;
+    }
+    if (s->scratch) *kept = 1;
+    else atomic_store(&s->busy, 0);
+    return s->scratch;
+}
+
+void tfd_cpu_scratch_give(void *stream, void *p, int kept) {
+    cpu_stream *s = stream;
+    if (kept) atomic_store(&s->busy, 0);
+    else free(p);
 }
 
 /* Both directions are host memory; skipping empty or self copies avoids memcpy's overlap rule. */
@@ -257,6 +300,7 @@ const tfd_backend_vtable tfd_cpu_backend = {
     .inject_fault = tfd_cpu_inject_fault,
     .contract = tfd_cpu_contract,
     .fft = tfd_cpu_fft,
+    .linalg = tfd_cpu_linalg,
     .caches = cpu_caches,
     .event_record = cpu_event_record,
     .event_wait = cpu_event_wait,

@@ -8,6 +8,7 @@
  * what is kept and the bound holds.
  */
 #include <malloc.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -84,7 +85,80 @@ int tfd_cpu_block_give(void *p) {
     return 1;
 }
 
+/*
+ * The large slots: few, taken and given once per tensor of megabytes (each
+ * worth milliseconds of work), so one mutex over a short array serves. The
+ * stamp orders them by when they were given.
+ */
+typedef struct large_slot {
+    void *p;
+    size_t bytes; /* its usable size */
+    uint64_t stamp;
+} large_slot;
+
+static pthread_mutex_t large_lock = PTHREAD_MUTEX_INITIALIZER;
+static large_slot large[TFD_CPU_LARGE_SLOTS];
+static size_t large_bytes;
+static uint64_t large_stamp;
+
+void *tfd_cpu_large_take(size_t rounded) {
+    if (!KEEP_BLOCKS || rounded < TFD_CPU_LARGE_MIN || rounded > TFD_CPU_LARGE_MAX) return NULL;
+    void *p = NULL;
+    pthread_mutex_lock(&large_lock);
+    int best = -1;
+    for (int i = 0; i < TFD_CPU_LARGE_SLOTS; i++)
+        if (large[i].p && large[i].bytes >= rounded && large[i].bytes - rounded <= rounded / 8 &&
+            (best < 0 || large[i].bytes < large[best].bytes))
+            best = i;
+    if (best >= 0) {
+        p = large[best].p;
+        large_bytes -= large[best].bytes;
+        large[best].p = NULL;
+    }
+    pthread_mutex_unlock(&large_lock);
+    return p;
+}
+
+int tfd_cpu_large_give(void *p) {
+    if (!KEEP_BLOCKS || !p) return 0;
+    const size_t usable = malloc_usable_size(p);
+    if (usable < TFD_CPU_LARGE_MIN || usable > TFD_CPU_LARGE_MAX + TFD_CPU_LARGE_MAX / 8) return 0;
+    void *evicted[TFD_CPU_LARGE_SLOTS];
+    int n_evicted = 0, kept = 0;
+    pthread_mutex_lock(&large_lock);
+    /* Room in slots and bytes: the least recently given go until there is. */
+    for (;;) {
+        int free_slot = -1, oldest = -1;
+        for (int i = 0; i < TFD_CPU_LARGE_SLOTS; i++) {
+            if (!large[i].p) free_slot = free_slot < 0 ? i : free_slot;
+            else if (oldest < 0 || large[i].stamp < large[oldest].stamp) oldest = i;
+        }
+        if (free_slot >= 0 && large_bytes + usable <= TFD_CPU_LARGE_MAX_BYTES) {
+            large[free_slot] = (large_slot){p, usable, ++large_stamp};
+            large_bytes += usable;
+            kept = 1;
+            break;
+        }
+        if (oldest < 0) break; /* nothing left to let go: too large to keep */
+        evicted[n_evicted++] = large[oldest].p;
+        large_bytes -= large[oldest].bytes;
+        large[oldest].p = NULL;
+    }
+    pthread_mutex_unlock(&large_lock);
+    for (int i = 0; i < n_evicted; i++) free(evicted[i]);
+    return kept;
+}
+
 void tfd_cpu_blocks_drain(void) {
+    pthread_mutex_lock(&large_lock);
+    large_slot gone[TFD_CPU_LARGE_SLOTS];
+    for (int i = 0; i < TFD_CPU_LARGE_SLOTS; i++) {
+        gone[i] = large[i];
+        large[i].p = NULL;
+    }
+    large_bytes = 0;
+    pthread_mutex_unlock(&large_lock);
+    for (int i = 0; i < TFD_CPU_LARGE_SLOTS; i++) free(gone[i].p);
     size_t freed = 0;
     for (size_t k = 0; k < CLASSES; k++) {
         block *b = atomic_exchange_explicit(&stacks[k].head, NULL, memory_order_acquire);

@@ -26,7 +26,7 @@ tf_status tfd_cpu_unary(tfd_backend *be, void *stream, const tfd_op *op, char *m
 /* Scale and axpby with scalar coefficients (cpu/elementwise.c). */
 tf_status tfd_cpu_axpby(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                         size_t msg_len);
-/* Permute, reshape and copy (cpu/layout.c). */
+/* Permute, reshape, copy and slice (cpu/layout.c). */
 tf_status tfd_cpu_permute(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                           size_t msg_len);
 /* Sum, max and min over axes (cpu/reduce.c). */
@@ -46,6 +46,23 @@ tf_status tfd_cpu_health(tfd_backend *be, char *msg, size_t msg_len);
 /* Binary and unary contractions (OP_CONTRACT) through a cached plan and OpenBLAS (cpu/contract.c). */
 tf_status tfd_cpu_contract(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                            size_t msg_len);
+/*
+ * The linear-algebra kinds OP_SVD .. OP_DIAGONAL through OpenBLAS's LAPACK
+ * (cpu/linalg.c); a failure the numbers show (nan or inf, no convergence, a
+ * singular or non-positive-definite matrix) is the call's typed status.
+ */
+tf_status tfd_cpu_linalg(tfd_backend *be, void *stream, const tfd_linalg_op *op, char *msg,
+                         size_t msg_len);
+/*
+ * Workspace for a kernel running on `stream` (NULL: none), 64-byte aligned,
+ * NULL when out of memory: the stream's own buffer (*kept = 1), kept between
+ * calls and freed with the stream, while it is free and the request is at
+ * most TFD_CPU_SCRATCH_KEPT bytes; else an allocation of its own. Every take
+ * is given back, with its `kept`, on the same stream (cpu/backend.c).
+ */
+#define TFD_CPU_SCRATCH_KEPT ((size_t)64 << 20)
+void *tfd_cpu_scratch_take(void *stream, size_t bytes, int *kept);
+void tfd_cpu_scratch_give(void *stream, void *p, int kept);
 /* The CPU backend's state behind be->impl (cpu/backend.c makes it at open). */
 typedef struct tfd_cpu_impl {
     struct tfd_fftw_cache *fftw; /* the daemon-wide FFTW plans (cpu/fft-cache.c) */
