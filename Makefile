@@ -123,9 +123,9 @@ ifeq ($(HAVE_CUDA),1)
   # The CUDA backend's C files include the runtime and cuBLAS headers (-isystem: no -Werror there).
   $(BUILD)/obj/daemon/backend/cuda/%.o: CFLAGS_DAEMON_DEFS += -isystem $(CUDA_HOME)/include
   ifeq ($(STATIC_DEPS),1)
-    LIB_CUDA := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -l:libcudart_static.a -ldl -lrt -lstdc++
+    LIB_CUDA := -L$(CUDA_HOME)/lib64 -lcusolver -lcublas -lcufft -l:libcudart_static.a -ldl -lrt -lstdc++
   else
-    LIB_CUDA := -L$(CUDA_HOME)/lib64 -lcublas -lcufft -lcudart -lstdc++
+    LIB_CUDA := -L$(CUDA_HOME)/lib64 -lcusolver -lcublas -lcufft -lcudart -lstdc++
   endif
 else
   BACKEND_SRC := $(filter-out daemon/backend/cuda/%,$(BACKEND_SRC))
@@ -598,10 +598,10 @@ test-api-doc:
 
 test: test-integration test-hostile test-unit test-load test-install test-demo test-abi test-api-doc
 
-# The Python package (python/, docs/python.md): a venv under $(BUILD)/pyenv with numpy, pytest and
-# `pip install ./python` built against this build's libtenferro-client.a, then its pytest suite
-# against $(BUILD)/tenferrod on a private socket. Not part of the sanitizer runs (an ASan library
-# inside a Python extension would need the runtime preloaded into the interpreter).
+# The Python package (python/, docs/python.md): a venv under $(BUILD)/pyenv with numpy, pytest,
+# hypothesis and `pip install ./python` built against this build's libtenferro-client.a, then its
+# pytest suite against $(BUILD)/tenferrod on a private socket. Not part of the sanitizer runs (an
+# ASan library inside a Python extension would need the runtime preloaded into the interpreter).
 # PYTEST_K=EXPR passes -k EXPR (make test-one T=python CASE=EXPR).
 PYTHON ?= python3
 PYENV := $(BUILD)/pyenv
@@ -609,7 +609,7 @@ PY_SRC := $(wildcard python/src/tenferro/*.c python/src/tenferro/*.h python/src/
             python/src/tenferro/*.pyi) python/setup.py python/pyproject.toml
 $(PYENV)/.installed: $(PY_SRC) $(BUILD)/libtenferro-client.a
 	@test -x $(PYENV)/bin/python || $(PYTHON) -m venv $(PYENV)
-	@$(PYENV)/bin/python -m pip install -q --disable-pip-version-check numpy pytest setuptools wheel
+	@$(PYENV)/bin/python -m pip install -q --disable-pip-version-check numpy pytest hypothesis setuptools wheel
 	@rm -rf python/build
 	TENFERRO_BUILD=$(abspath $(BUILD)) $(PYENV)/bin/python -m pip install -q --disable-pip-version-check \
 	  --no-build-isolation --force-reinstall --no-deps ./python

@@ -4,7 +4,8 @@
  * families (kernels in cuda/kernels.cu, matrix products in cuda/matmul.c,
  * the fault-injection kernel of the tests in cuda/fault.cu, contractions in
  * cuda/contract.c, FFTs and their plan cache in cuda/fft.c, prepared graphs
- * as CUDA graphs in cuda/graph.c).
+ * as CUDA graphs in cuda/graph.c, linear algebra through cuSOLVER in
+ * cuda/linalg.c, slices in cuda/linalg-kernels.cu).
  *
  * Everything is asynchronous on the logical stream's CUDA stream: operations
  * are launches, copies are cudaMemcpyAsync, and memory comes from each
@@ -14,7 +15,9 @@
  * reuse instead of going back to the driver. The executor learns of
  * completion through events: event_record records one after the work it
  * covers, and the completion thread waits on it, which is where a kernel
- * fault surfaces.
+ * fault surfaces. An event also remembers its stream and that stream's
+ * linear-algebra check sequence, so event_failure can report what the
+ * device found in the work it covers (cuda/linalg.c).
  *
  * Threads: the loop thread (stream_create/destroy, alloc), the workers (ops,
  * copies, free, event_record) and the completion thread (event_wait/destroy)
@@ -47,6 +50,7 @@
 #include "daemon/backend/cuda/internal.h"
 #include "daemon/backend/cuda/peer.h"
 #include "daemon/backend/cuda/kernels.h"
+#include "daemon/backend/cuda/linalg-kernels.h"
 #include "daemon/log.h"
 
 /* Smallest allocation handed out: a zero-byte tensor still gets a distinct, aligned pointer. */
@@ -60,6 +64,16 @@
 /* The oldest compute capability the kernels are built for (-gencode sm_90 in the Makefile). */
 #define MIN_CC_MAJOR 9
 
+/*
+ * An event of this backend: the CUDA event, and the stream and check
+ * sequence (cuda/linalg.c) of the work it covers; stream NULL: none.
+ */
+typedef struct cuda_event {
+    cudaEvent_t ev;
+    tfd_cuda_stream *stream;
+    uint64_t seq;
+} cuda_event;
+
 /* The device state behind be->impl. */
 typedef struct cuda_impl {
     int ordinal;
@@ -71,7 +85,7 @@ typedef struct cuda_impl {
     pthread_mutex_t lock; /* guards the two pools below */
     tfd_cuda_stream *free_streams;
     int n_free_streams;
-    cudaEvent_t free_events[EVENT_POOL_MAX];
+    cuda_event *free_events[EVENT_POOL_MAX];
     int n_free_events;
     tfd_cuda_fft *fft; /* the daemon-wide cuFFT plans (cuda/fft.c) */
     tfd_cuda_graphs graphs; /* prepared graphs' capture stream (cuda/graph.c) */
@@ -246,6 +260,11 @@ tf_status tfd_cuda_stream_new(tfd_cuda_heap *heap, int prio, tfd_cuda_stream **o
         return TF_ERR_NO_MEMORY;
     }
     s->priority = prio;
+    if (tfd_cuda_linalg_init(s) != 0) {
+        free(s);
+        snprintf(msg, msg_len, "cuda: cannot initialise a mutex");
+        return TF_ERR_INTERNAL;
+    }
     TFD_CUDA_CHECK_GOTO(cudaStreamCreateWithPriority(&s->stream, cudaStreamNonBlocking, prio), st,
                         msg, msg_len, fail);
     TFD_CUBLAS_CHECK_GOTO(cublasCreate(&s->blas), st, msg, msg_len, fail);
@@ -257,6 +276,7 @@ tf_status tfd_cuda_stream_new(tfd_cuda_heap *heap, int prio, tfd_cuda_stream **o
     *out = s;
     return TF_OK;
 fail:
+    tfd_cuda_linalg_delete(s, 0);
     if (s->blas != NULL) (void)cublasDestroy(s->blas);
     if (s->stream != NULL) (void)cudaStreamDestroy(s->stream);
     free(s);
@@ -265,6 +285,7 @@ fail:
 
 /* Only close and a pool overflow destroy streams: cublasDestroy synchronizes the device. */
 void tfd_cuda_stream_delete(tfd_cuda_stream *s, int device_ok) {
+    tfd_cuda_linalg_delete(s, device_ok); /* its workspaces go back to the cache first */
     tfd_cuda_cache_detach(s, device_ok);
     if (!device_ok) {
         free(s);
@@ -289,8 +310,10 @@ static void drain_pools(cuda_impl *impl, int device_ok) {
         tfd_cuda_stream_delete(s, device_ok);
     }
     impl->n_free_streams = 0;
-    for (int i = 0; i < impl->n_free_events; i++)
-        if (device_ok) (void)cudaEventDestroy(impl->free_events[i]);
+    for (int i = 0; i < impl->n_free_events; i++) {
+        if (device_ok) (void)cudaEventDestroy(impl->free_events[i]->ev);
+        free(impl->free_events[i]);
+    }
     impl->n_free_events = 0;
 }
 
@@ -514,6 +537,7 @@ static void cuda_stream_destroy(tfd_backend *be, void *stream) {
     if (s == NULL || impl == NULL) return;
     char msg[256];
     const int device_ok = enter(impl, msg, sizeof msg) == TF_OK;
+    tfd_cuda_linalg_idle(s, device_ok); /* before the release: its workspaces are cached blocks */
     if (device_ok) (void)tfd_cuda_cache_release(s, 1);
     pthread_mutex_lock(&impl->lock);
     if (impl->n_free_streams < STREAM_POOL_MAX) {
@@ -624,14 +648,25 @@ static tf_status cuda_copy_to_host(tfd_backend *be, void *stream, void *dst, con
 
 static void cuda_event_destroy(tfd_backend *be, void *event);
 
-/* An event from the pool (or a new one), for recording; cudaSuccess or the error. */
-static cudaError_t pooled_event(cuda_impl *impl, cudaEvent_t *ev) {
+/* An event from the pool (or a new one), for recording, covering nothing yet. */
+static cudaError_t pooled_event(cuda_impl *impl, cuda_event **ev) {
     *ev = NULL;
     pthread_mutex_lock(&impl->lock);
     if (impl->n_free_events > 0) *ev = impl->free_events[--impl->n_free_events];
     pthread_mutex_unlock(&impl->lock);
-    if (*ev != NULL) return cudaSuccess;
-    return cudaEventCreateWithFlags(ev, cudaEventDisableTiming);
+    if (*ev == NULL) {
+        cuda_event *e = calloc(1, sizeof *e);
+        if (e == NULL) return cudaErrorMemoryAllocation;
+        cudaError_t r = cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming);
+        if (r != cudaSuccess) {
+            free(e);
+            return r;
+        }
+        *ev = e;
+    }
+    (*ev)->stream = NULL;
+    (*ev)->seq = 0;
+    return cudaSuccess;
 }
 
 /*
@@ -645,7 +680,8 @@ static tf_status cuda_side_copy(tfd_backend *be, void *stream, int to_device, vo
                                 size_t msg_len) {
     cuda_impl *impl = be->impl;
     tfd_cuda_stream *s = stream;
-    cudaEvent_t before = NULL, ev = NULL;
+    cuda_event *before = NULL, *ev = NULL;
+    const cuda_event *prior = after;
     *done = NULL;
     tf_status st = enter(impl, msg, msg_len);
     if (st != TF_OK) return st;
@@ -657,18 +693,24 @@ static tf_status cuda_side_copy(tfd_backend *be, void *stream, int to_device, vo
     if (s->copy == NULL)
         TFD_CUDA_CHECK_GOTO(cudaStreamCreateWithPriority(&s->copy, cudaStreamNonBlocking, s->priority),
                             st, msg, msg_len, fail);
-    if (after == NULL) {
+    /* The copy covers the checks its wait covers: everything so far, or what `after` covered. */
+    const uint64_t seq = prior == NULL       ? tfd_cuda_linalg_seq(s)
+                         : prior->stream == s ? prior->seq
+                                              : 0;
+    if (prior == NULL) {
         TFD_CUDA_CHECK_GOTO(pooled_event(impl, &before), st, msg, msg_len, fail);
-        TFD_CUDA_CHECK_GOTO(cudaEventRecord(before, s->stream), st, msg, msg_len, fail);
-        after = before;
+        TFD_CUDA_CHECK_GOTO(cudaEventRecord(before->ev, s->stream), st, msg, msg_len, fail);
+        prior = before;
     }
-    TFD_CUDA_CHECK_GOTO(cudaStreamWaitEvent(s->copy, (cudaEvent_t)after, 0), st, msg, msg_len, fail);
+    TFD_CUDA_CHECK_GOTO(cudaStreamWaitEvent(s->copy, prior->ev, 0), st, msg, msg_len, fail);
     TFD_CUDA_CHECK_GOTO(cudaMemcpyAsync(dst, src, bytes,
                                         to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
                                         s->copy),
                         st, msg, msg_len, fail);
     TFD_CUDA_CHECK_GOTO(pooled_event(impl, &ev), st, msg, msg_len, fail);
-    TFD_CUDA_CHECK_GOTO(cudaEventRecord(ev, s->copy), st, msg, msg_len, fail);
+    TFD_CUDA_CHECK_GOTO(cudaEventRecord(ev->ev, s->copy), st, msg, msg_len, fail);
+    ev->stream = s;
+    ev->seq = seq;
     s->side_copies++;
     if (before != NULL) cuda_event_destroy(be, before);
     *done = ev;
@@ -687,8 +729,8 @@ static tf_status cuda_stream_wait(tfd_backend *be, void *stream, void *event, ch
     if (event == NULL || s == NULL) return TF_OK;
     tf_status st = enter(be->impl, msg, msg_len);
     if (st != TF_OK) return st;
-    TFD_CUDA_CHECK_GOTO(cudaStreamWaitEvent(s->stream, (cudaEvent_t)event, 0), st, msg, msg_len,
-                        fail);
+    TFD_CUDA_CHECK_GOTO(cudaStreamWaitEvent(s->stream, ((const cuda_event *)event)->ev, 0), st,
+                        msg, msg_len, fail);
     return TF_OK;
 fail:
     log_failure("stream_wait", st, msg);
@@ -700,12 +742,12 @@ static tf_status cuda_join_side_copies(tfd_backend *be, void *stream, char *msg,
     cuda_impl *impl = be->impl;
     tfd_cuda_stream *s = stream;
     if (s == NULL || s->side_copies == 0) return TF_OK;
-    cudaEvent_t ev = NULL;
+    cuda_event *ev = NULL;
     tf_status st = enter(impl, msg, msg_len);
     if (st != TF_OK) return st;
     TFD_CUDA_CHECK_GOTO(pooled_event(impl, &ev), st, msg, msg_len, fail);
-    TFD_CUDA_CHECK_GOTO(cudaEventRecord(ev, s->copy), st, msg, msg_len, fail);
-    TFD_CUDA_CHECK_GOTO(cudaStreamWaitEvent(s->stream, ev, 0), st, msg, msg_len, fail);
+    TFD_CUDA_CHECK_GOTO(cudaEventRecord(ev->ev, s->copy), st, msg, msg_len, fail);
+    TFD_CUDA_CHECK_GOTO(cudaStreamWaitEvent(s->stream, ev->ev, 0), st, msg, msg_len, fail);
     cuda_event_destroy(be, ev);
     s->side_copies = 0;
     return TF_OK;
@@ -867,12 +909,50 @@ static tf_status cuda_axpby(tfd_backend *be, void *stream, const tfd_op *op, cha
                     msg, msg_len);
 }
 
-/* permute gathers; reshape and copy keep row-major order and are one device-to-device copy. */
+/*
+ * A slice: (start, step, length) per input axis, every index inside its axis
+ * (the shape rules' check, repeated before the kernel reads memory with it);
+ * the output's shape is the lengths.
+ */
+static tf_status check_slice(const tfd_op *op, char *msg, size_t msg_len) {
+    const tfd_tensor_view *in = &op->in[0];
+    if (op->out.dtype != in->dtype)
+        return inconsistent(op, "input and output differ in dtype", msg, msg_len);
+    if (op->n_params != 3 * in->rank || op->out.rank != in->rank) {
+        snprintf(msg, msg_len, "cuda: slice of rank %d got %d parameters (output rank %d)",
+                 in->rank, op->n_params, op->out.rank);
+        return TF_ERR_INVALID_ARGUMENT;
+    }
+    for (int a = 0; a < in->rank; a++) {
+        const int64_t start = op->params[3 * a], step = op->params[3 * a + 1],
+                      len = op->params[3 * a + 2], dim = in->shape[a];
+        if (step == 0 || step > dim || step < -dim || len < 1 || len > dim || start < 0 ||
+            start >= dim || start + step * (len - 1) < 0 || start + step * (len - 1) >= dim) {
+            snprintf(msg, msg_len, "cuda: slice axis %d (size %lld): start %lld, step %lld, "
+                     "length %lld reach outside the axis", a, (long long)dim, (long long)start,
+                     (long long)step, (long long)len);
+            return TF_ERR_INVALID_ARGUMENT;
+        }
+        if (op->out.shape[a] != len)
+            return inconsistent(op, "the output shape is not the slice's lengths", msg, msg_len);
+    }
+    return TF_OK;
+}
+
+/*
+ * permute gathers; reshape and copy keep row-major order and are one
+ * device-to-device copy; slice is a strided gather (cuda/linalg-kernels.cu).
+ */
 static tf_status cuda_permute(tfd_backend *be, void *stream, const tfd_op *op, char *msg,
                               size_t msg_len) {
     tf_status st = begin_op(be, stream, op, 1, msg, msg_len);
     if (st != TF_OK) return st;
     const tfd_tensor_view *in = &op->in[0];
+    if (op->kind == TF__OP_SLICE) {
+        if ((st = check_slice(op, msg, msg_len)) != TF_OK) return st;
+        return LAUNCHED(tfd_cuda_launch_slice, (cuda_impl *)be->impl, (tfd_cuda_stream *)stream,
+                        op, msg, msg_len);
+    }
     if (op->out.dtype != in->dtype || op->out.numel != in->numel)
         return inconsistent(op, "input and output differ in dtype or size", msg, msg_len);
     tfd_cuda_stream *s = stream;
@@ -1016,6 +1096,21 @@ static tf_status cuda_fft(tfd_backend *be, void *stream, const tfd_op *op, char 
     return tfd_cuda_fft_run(impl->fft, s, op, impl->sm_count, msg, msg_len);
 }
 
+/*
+ * Linear algebra through cuSOLVER (cuda/linalg.c): enqueued without waiting;
+ * what the solver finds on the device is reported through event_failure.
+ */
+static tf_status cuda_linalg(tfd_backend *be, void *stream, const tfd_linalg_op *op, char *msg,
+                             size_t msg_len) {
+    tf_status st = enter(be->impl, msg, msg_len);
+    if (st != TF_OK) return st;
+    if (stream == NULL || op == NULL) {
+        snprintf(msg, msg_len, "cuda: linalg without a %s", stream == NULL ? "stream" : "operation");
+        return TF_ERR_INTERNAL;
+    }
+    return tfd_cuda_linalg(stream, ((cuda_impl *)be->impl)->sm_count, op, msg, msg_len);
+}
+
 /* The backend's daemon-wide caches: the cuFFT plans, then the contraction plans. */
 static int cuda_caches(tfd_backend *be, tfd_cache_stats *out, int max) {
     const cuda_impl *impl = be->impl;
@@ -1034,7 +1129,7 @@ static tf_status cuda_event_record(tfd_backend *be, void *stream, void **event, 
                                    size_t msg_len) {
     cuda_impl *impl = be->impl;
     tfd_cuda_stream *s = stream;
-    cudaEvent_t ev = NULL;
+    cuda_event *ev = NULL;
     *event = NULL;
     tf_status st = enter(impl, msg, msg_len);
     if (st != TF_OK) return st;
@@ -1042,13 +1137,18 @@ static tf_status cuda_event_record(tfd_backend *be, void *stream, void **event, 
         snprintf(msg, msg_len, "cuda: event_record without a stream");
         return TF_ERR_INTERNAL;
     }
+    /* Read before recording: every check appended so far was enqueued before the event. */
+    const uint64_t seq = tfd_cuda_linalg_seq(s);
     TFD_CUDA_CHECK_GOTO(pooled_event(impl, &ev), st, msg, msg_len, sync_instead);
-    TFD_CUDA_CHECK_GOTO(cudaEventRecord(ev, s->stream), st, msg, msg_len, record_failed);
+    TFD_CUDA_CHECK_GOTO(cudaEventRecord(ev->ev, s->stream), st, msg, msg_len, record_failed);
+    ev->stream = s;
+    ev->seq = seq;
     *event = ev;
     return TF_OK;
 
 record_failed:
-    (void)cudaEventDestroy(ev);
+    (void)cudaEventDestroy(ev->ev);
+    free(ev);
 sync_instead:
     if (!atomic_load(&poisoned)) {
         cudaError_t e = cudaStreamSynchronize(s->stream);
@@ -1064,7 +1164,7 @@ static tf_status cuda_event_wait(tfd_backend *be, void *event, char *msg, size_t
     if (event == NULL) return TF_OK;
     tf_status st = enter(be->impl, msg, msg_len);
     if (st != TF_OK) return st;
-    cudaError_t e = cudaEventSynchronize((cudaEvent_t)event);
+    cudaError_t e = cudaEventSynchronize(((const cuda_event *)event)->ev);
     if (e != cudaSuccess) {
         (void)tfd_cuda_fail(e, "cudaEventSynchronize(event)", __FILE__, __LINE__, msg, msg_len);
         return TF_ERR_DEVICE; /* whatever it was, it happened to queued device work */
@@ -1079,16 +1179,31 @@ static void cuda_event_destroy(tfd_backend *be, void *event) {
     int pooled = 0;
     pthread_mutex_lock(&impl->lock);
     if (impl->n_free_events < EVENT_POOL_MAX) {
-        impl->free_events[impl->n_free_events++] = (cudaEvent_t)event;
+        impl->free_events[impl->n_free_events++] = event;
         pooled = 1;
     }
     pthread_mutex_unlock(&impl->lock);
     if (pooled) return;
     char msg[256];
     if (enter(impl, msg, sizeof msg) != TF_OK) return;
-    cudaError_t e = cudaEventDestroy((cudaEvent_t)event);
+    cuda_event *ev = event;
+    cudaError_t e = cudaEventDestroy(ev->ev);
+    free(ev);
     if (e != cudaSuccess)
         (void)tfd_cuda_fail(e, "cudaEventDestroy(event)", __FILE__, __LINE__, NULL, 0);
+}
+
+/*
+ * The first failure the device found in linear algebra the event covers
+ * (cuda/linalg.c): the completion thread calls it after event_wait, so the
+ * status words of those operations have landed in their pinned slots.
+ */
+static tf_status cuda_event_failure(tfd_backend *be, void *event, int consume, uint64_t *batch,
+                                    uint32_t *index, char *msg, size_t msg_len) {
+    (void)be;
+    const cuda_event *ev = event;
+    if (ev == NULL || ev->stream == NULL) return TF_OK;
+    return tfd_cuda_linalg_failure(ev->stream, ev->seq, consume, batch, index, msg, msg_len);
 }
 
 /*
@@ -1128,7 +1243,7 @@ static tf_status cuda_trim(tfd_backend *be, char *msg, size_t msg_len) {
 static int cuda_event_done(tfd_backend *be, void *event) {
     char msg[64];
     if (!event || enter(be->impl, msg, sizeof msg) != TF_OK) return 1;
-    return cudaEventQuery((cudaEvent_t)event) != cudaErrorNotReady;
+    return cudaEventQuery(((const cuda_event *)event)->ev) != cudaErrorNotReady;
 }
 
 /* Whether the device has finished everything on the stream; cudaStreamQuery never waits. */
@@ -1255,10 +1370,12 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .inject_fault = cuda_inject_fault,
     .contract = cuda_contract,
     .fft = cuda_fft,
+    .linalg = cuda_linalg,
     .caches = cuda_caches,
     .event_record = cuda_event_record,
     .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,
+    .event_failure = cuda_event_failure,
     .stream_done = cuda_stream_done,
     .event_done = cuda_event_done,
     .side_copy = cuda_side_copy,

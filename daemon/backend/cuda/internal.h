@@ -1,14 +1,16 @@
 /*
  * State shared by the C files of the CUDA backend (cuda/backend.c owns it,
  * cuda/matmul.c reads a stream's cuBLAS handle, cuda/alloc.c keeps a stream's
- * block cache). Private to daemon/backend; needs the CUDA headers, so the rest
- * of the daemon includes cuda/backend.h.
+ * block cache, cuda/linalg.c its cuSOLVER state and pending checks). Private
+ * to daemon/backend; needs the CUDA headers, so the rest of the daemon
+ * includes cuda/backend.h.
  */
 #ifndef TENFERRO_DAEMON_CUDA_INTERNAL_H
 #define TENFERRO_DAEMON_CUDA_INTERNAL_H
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -87,6 +89,18 @@ typedef struct tfd_cuda_stream {
      */
     cudaStream_t copy;
     unsigned side_copies;
+    /*
+     * Linear algebra (cuda/linalg.c): the solver state, made at the stream's
+     * first linear-algebra operation, and the pending checks of operations
+     * whose failure the device reports later (the solver's info words).
+     * linalg_lock guards the pointer, check_seq and every check: a worker
+     * appends, the completion thread scans (event_failure). check_seq counts
+     * the checks appended over the stream's whole life; an event remembers it.
+     */
+    pthread_mutex_t linalg_lock;
+    int linalg_lock_ok;
+    uint64_t check_seq;
+    struct tfd_cuda_linalg *linalg;
 } tfd_cuda_stream;
 
 /* Every stream of one device, pooled or in use, so trim and an out-of-memory retry reach them. */
@@ -122,6 +136,75 @@ tf_status tfd_cuda_matmul(tfd_cuda_stream *s, const tfd_op *op, char *msg, size_
  */
 tf_status tfd_cuda_contract(tfd_cuda_stream *s, int sm_count, const tfd_op *op, char *msg,
                             size_t msg_len);
+
+/*
+ * Linear algebra (cuda/linalg.c): every kind of tfd_linalg_op through
+ * cuSOLVER and the kernels of cuda/linalg-kernels.cu, enqueued on the stream
+ * without waiting for it. A failure the solver reports on the device (its
+ * info words, a nan in the input) zeroes the outputs on the device and is
+ * found later by tfd_cuda_linalg_failure. The caller has selected the device
+ * for this thread.
+ */
+tf_status tfd_cuda_linalg(tfd_cuda_stream *s, int sm_count, const tfd_linalg_op *op, char *msg,
+                          size_t msg_len);
+
+/* Prepares a new stream's linear-algebra fields; 0, or -1 when its mutex cannot be made. */
+int tfd_cuda_linalg_init(tfd_cuda_stream *s);
+
+/* The stream's check sequence now: an event recorded now covers the checks up to it. */
+uint64_t tfd_cuda_linalg_seq(tfd_cuda_stream *s);
+
+/*
+ * After an event recorded on s at sequence seq completed: the first failure
+ * among the pending checks up to seq (TF_OK when none), with its operation's
+ * batch and index and a message. consume drops every check up to seq; without
+ * it the failed ones stay (a later consume reports them again). Checks that
+ * did not fail go either way. Never calls CUDA: any thread may ask.
+ */
+tf_status tfd_cuda_linalg_failure(tfd_cuda_stream *s, uint64_t seq, int consume, uint64_t *batch,
+                                  uint32_t *index, char *msg, size_t msg_len);
+
+/*
+ * The stream goes back to the pool: its pending checks are dropped and its
+ * solver workspaces freed (stream-ordered); the cuSOLVER handle stays. Only
+ * host state is touched without device_ok.
+ */
+void tfd_cuda_linalg_idle(tfd_cuda_stream *s, int device_ok);
+
+/* The stream is destroyed: everything of its linear algebra goes (the handle too). */
+void tfd_cuda_linalg_delete(tfd_cuda_stream *s, int device_ok);
+
+/*
+ * The cuSOLVER routines of the SVD (and the norms made from singular values)
+ * and of eigh, as tfd_cuda_linalg_choose picks them by shape; the other kinds
+ * have one routine each (the 64-bit API, one matrix of the batch at a time).
+ */
+typedef enum tfd_cuda_solver {
+    TFD_CUDA_SOLVER_AUTO = 0,
+    TFD_CUDA_SVD_XGESVD = 1,         /* cusolverDnXgesvd per matrix (QR iteration) */
+    TFD_CUDA_SVD_GESVDJ = 2,         /* cusolverDn<t>gesvdj per matrix (Jacobi) */
+    TFD_CUDA_SVD_GESVDJ_BATCHED = 3, /* cusolverDn<t>gesvdjBatched, m and n at most 32 */
+    TFD_CUDA_EIGH_XSYEVD = 4,        /* cusolverDnXsyevd per matrix (divide and conquer) */
+    TFD_CUDA_EIGH_SYEVJ_BATCHED = 5, /* cusolverDn<t>syevjBatched / heevjBatched, n at most 32 */
+} tfd_cuda_solver;
+
+/* The routine of the default table for a kind (SVD, NORM or EIGH) and shape. */
+tfd_cuda_solver tfd_cuda_linalg_choose(tf__op_kind kind, tf_dtype dt, int64_t b, int64_t m,
+                                       int64_t n);
+
+/*
+ * Overrides the table for the SVD and eigh (AUTO: the table), where the
+ * routine can serve the shape; for tests and measurements.
+ */
+void tfd_cuda_linalg_force(tfd_cuda_solver svd, tfd_cuda_solver eigh);
+
+/*
+ * Counters of the stream's linear algebra: cuSOLVER compute calls enqueued,
+ * and operations whose status had to be read with a blocking copy (no pinned
+ * slot could be had). Read on the thread that runs the stream's operations.
+ */
+void tfd_cuda_linalg_counters(tfd_cuda_stream *s, uint64_t *solver_calls,
+                              uint64_t *blocking_reads);
 
 /*
  * The per-stream block cache (cuda/alloc.c). Every function that may call
