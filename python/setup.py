@@ -49,7 +49,7 @@ def protobuf_c():
 
 ensure_library()
 pb_objects, pb_libs = protobuf_c()
-SOURCES = ["module.c", "client.c", "tensor.c", "ops.c", "session.c", "pinned.c", "graph.c"]
+SOURCES = ["module.c", "client.c", "tensor.c", "ops.c", "linalg.c", "session.c", "pinned.c", "graph.c"]
 
 ext = Extension(
     "tenferro._tenferro",

@@ -13,6 +13,8 @@
 Tensors live on the daemon's device; operators and functions queue operations
 in the session of their client (see docs/python.md). Every error is a
 TenferroError subclass, one per status (ContendedError, BusyError, ...).
+tenferro.linalg (numpy.linalg's names) is imported at its first use, and
+imports numpy; `import tenferro` alone does not.
 """
 from __future__ import annotations
 
@@ -65,6 +67,9 @@ from ._tenferro import (  # noqa: F401
     InvalidArgumentError,
     IoError,
     NoMemoryError,
+    NonFiniteError,
+    NotConvergedError,
+    NotPositiveDefiniteError,
     PeerError,
     PermissionError,
     ProtocolError,
@@ -72,6 +77,7 @@ from ._tenferro import (  # noqa: F401
     ReenteredError,
     SessionClosedError,
     ShapeError,
+    SingularMatrixError,
     TimeoutError,
     TooManyClientsError,
     UnknownHandleError,
@@ -94,8 +100,21 @@ __all__ = [
     "ReenteredError", "ContendedError", "BusyError", "QuotaError", "NoMemoryError",
     "UnsupportedError", "DeviceError", "SessionClosedError", "InternalError",
     "TooManyClientsError", "BadShapeError", "BatchFailedError", "PeerError",
+    "NotConvergedError", "SingularMatrixError", "NotPositiveDefiniteError", "NonFiniteError",
+    "linalg",
     # TimeoutError, PermissionError and IoError are tenferro.* only: they would shadow builtins.
 ]
+
+
+
+def __getattr__(name: str) -> Any:
+    # tenferro.linalg imports numpy: loaded at its first use, not by `import tenferro`.
+    if name == "linalg":
+        import importlib
+
+        return importlib.import_module(".linalg", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 _OPTIMIZE = {"greedy": 0, "optimal": 1, "left_to_right": 2}
 

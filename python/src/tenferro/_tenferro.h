@@ -16,7 +16,8 @@
  *
  * Files: module.c (init, errors, dtypes), client.c (Client), tensor.c
  * (Tensor and its operators), ops.c (the operations and where they are
- * queued), session.c (held and scoped sessions), pinned.c (pinned buffers,
+ * queued), linalg.c (the linear algebra of tenferro.linalg and its truncation
+ * reports), session.c (held and scoped sessions), pinned.c (pinned buffers,
  * DLPack, pending transfers), graph.c (recording and prepared graphs).
  */
 #ifndef TENFERRO_PY_EXT_H
@@ -90,6 +91,7 @@ struct tfp_held {
     tf_session *s;        /* non-NULL while open */
     int state;            /* 0 not opened, 1 open, 2 closed or released */
     tf_session_counters final; /* after close */
+    uint64_t final_host_waits;  /* tf_session_host_waits at close or release */
 };
 
 /* A scoped session (tenferro.ScopedSession): tf_with_session on its own stack, suspended in its callback. */
@@ -166,6 +168,7 @@ int tfp_session_init_types(PyObject *m);
 int tfp_graph_init_types(PyObject *m);
 int tfp_pinned_init_types(PyObject *m);
 int tfp_ops_init(PyObject *m);
+int tfp_linalg_init(PyObject *m);
 
 /* ---- module.c: errors and dtypes ---- */
 
@@ -223,12 +226,14 @@ enum tfp_kind {
     TFP_NEG, TFP_CONJ, TFP_ABS, TFP_EXP, TFP_LOG, TFP_SQRT, TFP_COPY,
     TFP_SCALE, TFP_AXPBY, TFP_PERMUTE, TFP_RESHAPE, TFP_REDUCE, TFP_MATMUL,
     TFP_EINSUM, TFP_FFT, TFP_IFFT, TFP_RFFT, TFP_IRFFT, TFP_RUN_PREPARED, TFP_SQUARE,
+    TFP_VIEW_FN, /* op->view_fn queues it (linalg.c): n_out results */
 };
 
 #define TFP_MAX_IO 64
 
 /* One operation with its arguments, as ops.c runs it on a view. */
-typedef struct tfp_op {
+typedef struct tfp_op tfp_op;
+struct tfp_op {
     int kind;
     int n_in, n_out;
     tf_tensor in[TFP_MAX_IO];
@@ -245,13 +250,17 @@ typedef struct tfp_op {
     const char *subscripts;
     tf_einsum_options einsum;
     tf_prepared prepared;
-} tfp_op;
+    /* TFP_VIEW_FN: the call that queues it on a view, writing out[0 .. n_out), and its arguments. */
+    tf_status (*view_fn)(tf_view *v, tfp_op *op);
+    const void *args;
+};
 
 /*
  * Runs op on its operands' session: the held session of their client, its
  * scoped session, a graph being recorded (symbolic operands), or else a
  * scoped session of its own (one round trip). Returns the output Tensor (a
- * tuple of them for a prepared run with several outputs, unless single).
+ * tuple of them for a prepared run or a TFP_VIEW_FN with several outputs, or
+ * whenever tuple_out).
  */
 PyObject *tfp_run(tfp_op *op, PyObject *const *operands, int n, int tuple_out);
 

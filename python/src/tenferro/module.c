@@ -2,6 +2,15 @@
  * tenferro._tenferro: the module, its exceptions (one class per tf_status,
  * generated from TF_STATUS_MAP so none can be missing) and the mapping
  * between tf_dtype and numpy's dtypes.
+ *
+ * The statuses only linear algebra reports (a solver that did not converge,
+ * a singular or non-positive-definite matrix, nan or inf in the input) derive
+ * from LinAlgError, itself a TenferroError and, once numpy is imported, a
+ * numpy.linalg.LinAlgError (so `except numpy.linalg.LinAlgError` catches
+ * them). numpy stays a lazy import: the class starts out a ValueError (as
+ * numpy's is) and takes numpy's class as its base the first time this module
+ * imports numpy, which it does before raising any of them (see
+ * adopt_numpy_linalg_error).
  */
 #include <string.h>
 
@@ -12,6 +21,22 @@
 #define TFP_N_STATUS 64
 static PyObject *error_base;                /* TenferroError */
 static PyObject *error_class[TFP_N_STATUS]; /* by status number */
+static PyObject *linalg_error;              /* LinAlgError: the base of the linear-algebra statuses */
+
+/* 1 for the statuses of linear algebra's numerical failures (LinAlgError's subclasses). */
+static int is_linalg_status(int st) {
+    return st == TF_ERR_NOT_CONVERGED || st == TF_ERR_SINGULAR ||
+           st == TF_ERR_NOT_POSITIVE_DEFINITE || st == TF_ERR_NOT_FINITE;
+}
+
+/* The class names numpy's users expect where the status's own name reads badly. */
+static const char *class_name_override(int st) {
+    switch (st) {
+    case TF_ERR_SINGULAR: return "SingularMatrixError";
+    case TF_ERR_NOT_FINITE: return "NonFiniteError";
+    default: return NULL;
+    }
+}
 
 /* The Python class name of a status: TF_ERR_INVALID_ARGUMENT -> InvalidArgumentError. */
 static void class_name(const char *status_name, char *out, size_t n) {
@@ -47,6 +72,25 @@ static PyObject *builtin_base(tf_status st) {
     }
 }
 
+/*
+ * Makes LinAlgError derive from (TenferroError, numpy.linalg.LinAlgError)
+ * instead of (TenferroError, ValueError): numpy's class is a ValueError, so
+ * the change only adds a base. Called once numpy is imported; a numpy
+ * without numpy.linalg.LinAlgError leaves the class as it is.
+ */
+static void adopt_numpy_linalg_error(PyObject *np) {
+    static int done;
+    if (done || !linalg_error || !np) return;
+    done = 1;
+    PyObject *la = PyObject_GetAttrString(np, "linalg");
+    PyObject *base = la ? PyObject_GetAttrString(la, "LinAlgError") : NULL;
+    Py_XDECREF(la);
+    PyObject *bases = base ? PyTuple_Pack(2, error_base, base) : NULL;
+    Py_XDECREF(base);
+    if (!bases || PyObject_SetAttrString(linalg_error, "__bases__", bases) < 0) PyErr_Clear();
+    Py_XDECREF(bases);
+}
+
 /* The documentation of each class: its status's default message. */
 static int make_errors(PyObject *m) {
     error_base = PyErr_NewExceptionWithDoc(
@@ -56,15 +100,29 @@ static int make_errors(PyObject *m) {
         "failed_index (the index of the failing operation in the last submission, or None).",
         PyExc_Exception, NULL);
     if (!error_base || PyModule_AddObjectRef(m, "TenferroError", error_base) < 0) return -1;
+    PyObject *la_bases = PyTuple_Pack(2, error_base, PyExc_ValueError);
+    if (!la_bases) return -1;
+    linalg_error = PyErr_NewExceptionWithDoc(
+        "tenferro.linalg.LinAlgError",
+        "Base class of the numerical failures of linear algebra (NotConvergedError, "
+        "SingularMatrixError, NotPositiveDefiniteError, NonFiniteError): a TenferroError and a "
+        "numpy.linalg.LinAlgError (from the first use of numpy by tenferro; before that a "
+        "ValueError, as numpy's class is). The message names the operation and the failing matrix "
+        "of the batch.",
+        la_bases, NULL);
+    Py_DECREF(la_bases);
+    if (!linalg_error || PyModule_AddObjectRef(m, "LinAlgError", linalg_error) < 0) return -1;
     PyObject *names = PyDict_New();
     if (!names) return -1;
 #define TFP_ERR_(name, num, msg)                                                                  \
     if (num != 0) {                                                                               \
         char cls[64], qual[80];                                                                   \
         class_name(#name, cls, sizeof cls);                                                       \
-        snprintf(qual, sizeof qual, "tenferro.%s", cls);                                          \
+        if (class_name_override(num)) snprintf(cls, sizeof cls, "%s", class_name_override(num));  \
+        snprintf(qual, sizeof qual, "tenferro.%s%s", is_linalg_status(num) ? "linalg." : "", cls); \
         PyObject *extra = builtin_base((tf_status)num);                                           \
-        PyObject *bases = extra ? PyTuple_Pack(2, error_base, extra) : PyTuple_Pack(1, error_base); \
+        PyObject *base = is_linalg_status(num) ? linalg_error : error_base;                       \
+        PyObject *bases = extra ? PyTuple_Pack(2, base, extra) : PyTuple_Pack(1, base);           \
         if (!bases) return -1;                                                                    \
         PyObject *e = PyErr_NewExceptionWithDoc(qual, #name ": " msg ".", bases, NULL);           \
         Py_DECREF(bases);                                                                         \
@@ -82,6 +140,8 @@ static int make_errors(PyObject *m) {
 }
 
 PyObject *tfp_raise(tf_status st, const char *message, int64_t failed_index) {
+    /* numpy.linalg.LinAlgError becomes a base before any linear-algebra error is seen. */
+    if (is_linalg_status((int)st) && !tfp_numpy()) PyErr_Clear();
     PyObject *cls = ((int)st > 0 && (int)st < TFP_N_STATUS && error_class[st]) ? error_class[st]
                                                                               : error_base;
     const char *msg = message && message[0] ? message : tf_strerror(st);
@@ -128,7 +188,10 @@ static PyObject *numpy_module;
 static PyObject *numpy_dtypes[5];
 
 PyObject *tfp_numpy(void) {
-    if (!numpy_module) numpy_module = PyImport_ImportModule("numpy");
+    if (!numpy_module) {
+        numpy_module = PyImport_ImportModule("numpy");
+        adopt_numpy_linalg_error(numpy_module);
+    }
     return numpy_module;
 }
 
@@ -309,6 +372,13 @@ static PyObject *mod_strerror(PyObject *self, PyObject *arg) {
     return Py_BuildValue("(ss)", tf_status_name((tf_status)st), tf_strerror((tf_status)st));
 }
 
+static PyObject *mod_use_numpy(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    if (!tfp_numpy()) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"library_version", mod_version, METH_NOARGS,
      "library_version() -> str\n\nThe version of the libtenferro-client this extension was built with."},
@@ -316,6 +386,9 @@ static PyMethodDef module_methods[] = {
      "protocol_version() -> int\n\nThe wire-protocol version the client library speaks."},
     {"status_info", mod_strerror, METH_O,
      "status_info(status) -> (name, message)\n\nThe symbolic name and default message of a status number."},
+    {"_use_numpy", mod_use_numpy, METH_NOARGS,
+     "Imports numpy for the extension now (tenferro.linalg does, so LinAlgError derives from "
+     "numpy.linalg.LinAlgError from then on)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -333,7 +406,7 @@ PyMODINIT_FUNC PyInit__tenferro(void) {
     if (!m) return NULL;
     if (make_errors(m) < 0 || tfp_client_init_type(m) < 0 || tfp_tensor_init_type(m) < 0 ||
         tfp_session_init_types(m) < 0 || tfp_graph_init_types(m) < 0 ||
-        tfp_pinned_init_types(m) < 0 || tfp_ops_init(m) < 0) {
+        tfp_pinned_init_types(m) < 0 || tfp_ops_init(m) < 0 || tfp_linalg_init(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
@@ -343,5 +416,8 @@ PyMODINIT_FUNC PyInit__tenferro(void) {
         Py_DECREF(m);
         return NULL;
     }
+    /* numpy imported before tenferro costs nothing more to take up now. */
+    PyObject *modules = PyImport_GetModuleDict();
+    if (modules && PyDict_GetItemString(modules, "numpy") && !tfp_numpy()) PyErr_Clear();
     return m;
 }

@@ -44,6 +44,7 @@ static tf_status run_view(tf_view *v, tfp_op *op) {
         return tf_view_irfft(v, in[0], op->n_axes, op->axes, op->last_length, op->norm, out);
     case TFP_RUN_PREPARED:
         return tf_view_run_prepared(v, op->prepared, op->n_in, in, op->n_out, out);
+    case TFP_VIEW_FN: return op->view_fn(v, op);
     }
     return TF_ERR_INTERNAL;
 }
@@ -96,6 +97,8 @@ PyObject *tfp_run(tfp_op *op, PyObject *const *operands, int n, int tuple_out) {
                          "this graph was already prepared: its symbolic tensors take no more "
                          "operations",
                          -1);
+    int n_out = op->kind == TFP_RUN_PREPARED || op->kind == TFP_VIEW_FN ? op->n_out : 1;
+    memset(op->out, 0, sizeof(tf_tensor) * (size_t)n_out);
     if (tfp_lock(c) < 0) return NULL;
     tf_status st;
     int with_index = 0;
@@ -115,10 +118,17 @@ PyObject *tfp_run(tfp_op *op, PyObject *const *operands, int n, int tuple_out) {
     PyObject *result = NULL;
     if (st != TF_OK) {
         tfp_raise_client(c, st, with_index);
+        /*
+         * A burst of its own that ran and failed (a device failure: the
+         * outputs exist, zero-filled) leaves results nobody will see: free
+         * them. Handles the library did not keep are refused harmlessly, after
+         * the exception took its message.
+         */
+        for (int k = 0; with_index && k < n_out; k++)
+            if (op->out[k]) tf_tensor_free(c->c, op->out[k]);
         tfp_unlock(c);
         return NULL;
     }
-    int n_out = op->kind == TFP_RUN_PREPARED ? op->n_out : 1;
     if (n_out == 1 && !tuple_out) {
         result = tfp_tensor_wrap(c, g, op->out[0]);
         if (!result && !g) tf_tensor_free(c->c, op->out[0]);

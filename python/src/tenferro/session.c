@@ -33,6 +33,9 @@ static PyStructSequence_Field counter_fields[] = {
     {"explicit_synchronizes", "synchronize() calls"},
     {"failed_synchronizes", "synchronize() calls that failed"},
     {"queued_ops", "operations carried to the daemon by the session's boundaries (frees included)"},
+    {"host_waits", "times this client waited for the device's results while the session was open: "
+                   "its synchronizes, blocking downloads and truncation report reads "
+                   "(tf_session_host_waits)"},
     {NULL, NULL},
 };
 
@@ -40,16 +43,16 @@ static PyStructSequence_Desc counters_desc = {
     "tenferro.SessionCounters",
     "Counters of one held session as the session observed them (tf_session_counters).",
     counter_fields,
-    7,
+    8,
 };
 
-static PyObject *counters_object(const tf_session_counters *k) {
+static PyObject *counters_object(const tf_session_counters *k, uint64_t host_waits) {
     PyObject *o = PyStructSequence_New(tfp_CountersType);
     if (!o) return NULL;
-    const uint64_t v[7] = {k->held_operations, k->explicit_submits, k->close_submits,
+    const uint64_t v[8] = {k->held_operations, k->explicit_submits, k->close_submits,
                            k->failed_submits, k->explicit_synchronizes, k->failed_synchronizes,
-                           k->queued_ops};
-    for (int i = 0; i < 7; i++) {
+                           k->queued_ops, host_waits};
+    for (int i = 0; i < 8; i++) {
         PyObject *x = PyLong_FromUnsignedLongLong(v[i]);
         if (!x) {
             Py_DECREF(o);
@@ -163,6 +166,7 @@ static PyObject *held_close(tfp_held *self, PyObject *u) {
     tf_session *s = self->s;
     tf_session_counters k;
     memset(&k, 0, sizeof k);
+    self->final_host_waits = tf_session_host_waits(s);
     Py_BEGIN_ALLOW_THREADS
     st = tf_session_close(s, &k);
     Py_END_ALLOW_THREADS
@@ -179,6 +183,7 @@ static PyObject *held_close(tfp_held *self, PyObject *u) {
 static void held_release_locked(tfp_held *self) {
     if (self->state != 1) return;
     tf_session_stats(self->s, &self->final);
+    self->final_host_waits = tf_session_host_waits(self->s);
     tf_session_release(self->s);
     self->s = NULL;
     self->state = 2;
@@ -210,11 +215,15 @@ static PyObject *held_counters(tfp_held *self, void *c) {
     (void)c;
     tf_session_counters k;
     memset(&k, 0, sizeof k);
-    if (self->state == 1)
+    uint64_t waits = 0;
+    if (self->state == 1) {
         tf_session_stats(self->s, &k);
-    else if (self->state == 2)
+        waits = tf_session_host_waits(self->s);
+    } else if (self->state == 2) {
         k = self->final;
-    return counters_object(&k);
+        waits = self->final_host_waits;
+    }
+    return counters_object(&k, waits);
 }
 
 static PyObject *held_is_open(tfp_held *self, void *c) {
