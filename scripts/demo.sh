@@ -7,7 +7,12 @@
 # admission policy, then runs several client processes at once against it:
 #   holder          holds the device in two held sessions (a stage each);
 #   tn-sweep-1, -2  MPS/MPO expectation-value sweeps (einsum, c128);
-#   fft-solver-1,-2 a spectral heat-equation solver (rfft/irfft, f64 and f32).
+#   fft-solver-1,-2 a spectral heat-equation solver (rfft/irfft, f64 and f32);
+#   dmrg-1, dmrg-2  two-site DMRG of the Heisenberg chain (Python, examples/dmrg/):
+#                   L=12 against exact diagonalization, L=32 against numpy in-process.
+# The DMRG clients need the Python package ($BUILD/pyenv, `make python-package`;
+# DEMO_PYTHON=path names another interpreter that imports tenferro); without it
+# they are skipped, and the script says so.
 # The holder starts first; the others start once it holds the device, so their
 # first session entries queue behind it. While they run, `tenferroctl status
 # --json` is sampled. Each client prints one result line; the table after them
@@ -17,6 +22,11 @@
 # back where it was, or the daemon does not stop cleanly.
 set -eu
 BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PYTHON=${DEMO_PYTHON:-$BUILD/pyenv/bin/python}
+# The DMRG clients' sizes (docs/demo.md).
+DMRG_EXACT_ARGS=${DEMO_DMRG_EXACT_ARGS:---sites 12 --chi 64 --sweeps 4}
+DMRG_LONG_ARGS=${DEMO_DMRG_LONG_ARGS:---sites 32 --chi 64 --sweeps 2}
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/tenferro-demo.XXXXXX")
 SOCK=$DIR/tenferrod.sock
 LOG=$DIR/tenferrod.log
@@ -54,6 +64,23 @@ start_client() {
     CLIENTS="$CLIENTS $name:$!"
 }
 
+# Starts Python client NAME (SCRIPT ARGS...) as start_client does; SCRIPT is under examples/.
+# Its numpy runs on one thread: OpenBLAS's spinning threads in several processes on a small
+# machine would take the cores from everyone else.
+start_py_client() {
+    name=$1
+    shift
+    script=$1
+    shift
+    OPENBLAS_NUM_THREADS=1 TENFERRO_CLIENT_NAME=$name timeout 120 \
+        "$PYTHON" "$ROOT/examples/$script" "$SOCK" "$@" \
+        </dev/null >"$DIR/$name.out" 2>"$DIR/$name.err" &
+    CLIENTS="$CLIENTS $name:$!"
+}
+
+# True when $PYTHON runs and imports the package with its linear algebra.
+have_python() { [ -x "$PYTHON" ] && "$PYTHON" -c 'import tenferro.linalg' >/dev/null 2>&1; }
+
 # True while the status report shows a held session.
 device_held() { ctl status --json 2>/dev/null | grep -q '"holder_client_id":[0-9]'; }
 
@@ -73,8 +100,16 @@ done
 echo "== tenferrod: $(sed -n 's/^<[0-9]>tenferrod info: \(tenferrod .* serving .*\)/\1/p' "$LOG")"
 ctl status --json >"$DIR/before.json"
 
+DMRG=0
+if have_python; then DMRG=1; fi
 echo "== clients, at once: holder (two held stages), tn-sweep-1 and -2 (MPS/MPO sweeps, c128),"
-echo "   fft-solver-1 and -2 (heat equation on a 64^3 grid, f64 and f32)"
+if [ $DMRG -eq 1 ]; then
+    echo "   fft-solver-1 and -2 (heat equation on a 64^3 grid, f64 and f32),"
+    echo "   dmrg-1 and -2 (Heisenberg chain, DMRG in Python: L=12 vs exact, L=32 vs numpy)"
+else
+    echo "   fft-solver-1 and -2 (heat equation on a 64^3 grid, f64 and f32)"
+    echo "   (dmrg-1 and -2 skipped: no $PYTHON that imports tenferro; make python-package)"
+fi
 start_client holder demo-holder
 i=0
 until device_held; do
@@ -89,6 +124,12 @@ start_client tn-sweep-1 demo-tn-sweep
 start_client tn-sweep-2 demo-tn-sweep
 start_client fft-solver-1 demo-fft-solver
 start_client fft-solver-2 demo-fft-solver --f32
+if [ $DMRG -eq 1 ]; then
+    # shellcheck disable=SC2086 # the arguments are words
+    start_py_client dmrg-1 dmrg/demo_dmrg.py $DMRG_EXACT_ARGS --against exact
+    # shellcheck disable=SC2086
+    start_py_client dmrg-2 dmrg/demo_dmrg.py $DMRG_LONG_ARGS --against numpy
+fi
 
 (
     while [ ! -e "$DIR/clients-done" ]; do
