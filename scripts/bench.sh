@@ -4,8 +4,9 @@
 #   scripts/bench.sh <build-dir> [bench-name ...]
 #
 # With names, only those benchmarks run (make check runs bench-hostile this way); the name
-# `python` selects the Python package's benchmarks (python/bench/run_bench.py), which run after
-# the C ones when $build/pyenv exists.
+# `python` selects the Python package's benchmarks (python/bench/run_bench.py), and `dmrg` the
+# DMRG sweep (bench/dmrg_sweep.py, cpu_dmrg_sweep), which run after the C ones when
+# $build/pyenv exists.
 # Starts <build-dir>/tenferrod --device cpu on a socket under /tmp, waits until
 # it answers `tenferroctl status`, runs each <build-dir>/bench/* binary with the
 # socket path as its argument, then stops the daemon with SIGTERM and checks
@@ -76,6 +77,20 @@ if [ "$only" = "  " ] || [[ "$only" == *" python "* ]]; then
         fi
     else
         echo "# python benchmarks skipped: no $build/pyenv or $build/pybench (make python-package and the pybench programs; make bench builds them)"
+    fi
+fi
+
+# The DMRG sweep through the daemon against the same Python code on numpy (bench/dmrg_sweep.py).
+if [ "$only" = "  " ] || [[ "$only" == *" dmrg "* ]]; then
+    py="$build/pyenv/bin/python"
+    if [ -x "$py" ] && "$py" -c 'import tenferro.linalg' 2>/dev/null; then
+        echo "# running bench/dmrg_sweep.py"
+        if ! "$py" bench/dmrg_sweep.py "$socket"; then
+            echo "bench.sh: bench/dmrg_sweep.py FAILED" >&2
+            failed=1
+        fi
+    else
+        echo "# dmrg benchmark skipped: no $build/pyenv with tenferro.linalg (make python-package)"
     fi
 fi
 

@@ -12,16 +12,18 @@
 #      test-transfers once more with busy polling off (Transfer frames, not the mailbox);
 #   4. <build-dir>/tenferrod --device cuda:0 on a private socket, every
 #      <build-dir>/bench/gpu/* benchmark with that socket, then SIGTERM (exit 0 expected);
-#      bench-multi starts daemons of its own instead (two on cuda:0 on a one-GPU machine).
+#      bench-multi starts daemons of its own instead (two on cuda:0 on a one-GPU machine);
+#   5. bench/gpu/linalg_torch.py: PyTorch's timings of bench-linalg's cases on the same device
+#      (BENCH <case>_torch torch=<ms> lines), when python3 has torch and the device is a GPU.
 # Each suite and benchmark runs under a timeout, and the timeouts shrink so that the whole
 # run stays inside GPU_CHECK_BUDGET seconds (default 420); whatever does not fit is
 # reported as skipped, which counts as a failure.
 #
 # Writes <out-dir>/gpu-check.log (everything), <out-dir>/summary.txt (device, driver, date,
 # per-suite check counts parsed from Check's "Checks: N, Failures: F, Errors: E" lines,
-# per-benchmark status, all BENCH lines), one log per suite and benchmark under
-# <out-dir>/suites and <out-dir>/bench, the benchmark daemon's log, and the logs that failed
-# integration tests left in /tmp. The summary is written as the run goes, so a run cut short
+# per-benchmark status, all BENCH lines, bench-linalg's ROUTINE lines), one log per suite and
+# benchmark under <out-dir>/suites and <out-dir>/bench, the benchmark daemon's log, and the logs
+# that failed integration tests left in /tmp. The summary is written as the run goes, so a run cut short
 # still leaves what it did. Exits 1 when a suite or benchmark failed or was skipped, or the
 # daemon did not start or stop cleanly; 2 on bad usage.
 #
@@ -41,7 +43,7 @@ export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-2}
 DEVICE=${GPU_CHECK_DEVICE:-cuda:0}
 
 # Unit tests by name, for builds whose sources are not next to them.
-KNOWN_UNIT="test-cpu-kernels test-op-table test-config-table test-executor test-frame test-id-table test-reservation test-shape-rules test-cuda-backend test-contract-rules test-contract-plan test-cpu-contract test-cuda-contract test-cuda-graph test-fft-rules test-fft-layout test-plan-cache"
+KNOWN_UNIT="test-cpu-kernels test-op-table test-config-table test-executor test-frame test-id-table test-reservation test-shape-rules test-cuda-backend test-contract-rules test-contract-plan test-cpu-contract test-cuda-contract test-cuda-graph test-cuda-linalg test-fft-rules test-fft-layout test-plan-cache"
 # Integration suites run first, in this order; any other integration test follows.
 PREFERRED_INTEGRATION="test-peer-copy test-sessions test-bad-input test-operations"
 
@@ -139,6 +141,35 @@ stop_daemon() {
     wait "$dpid"
     daemon_rc=$?
     dpid=
+}
+
+# PyTorch's timings of bench-linalg's cases (bench/gpu/linalg_torch.py, no daemon involved), as a
+# benchmark row of its own; not run when python3 has no torch or the device is not a GPU.
+run_torch_linalg() {
+    local script=bench/gpu/linalg_torch.py limit started rc result
+    [ -f "$script" ] || return
+    case $DEVICE in cuda:*) ;; *) return ;; esac
+    if ! python3 -c 'import torch' >/dev/null 2>&1; then
+        echo "== bench linalg_torch: not run (python3 has no torch)"
+        note "$(printf '%-22s %-9s' linalg_torch n/a)"
+        return
+    fi
+    limit=$(time_for "$BENCH_TIMEOUT" 5)
+    if [ "$limit" -lt 20 ]; then
+        echo "== bench linalg_torch: SKIPPED (time budget spent)"
+        note "$(printf '%-22s %-9s' linalg_torch SKIPPED)"
+        failures=$((failures + 1))
+        return
+    fi
+    echo "== bench linalg_torch (timeout ${limit}s)"
+    started=$SECONDS
+    PYTHONUNBUFFERED=1 timeout -k 10 "$limit" python3 "$script" --device "$DEVICE" 2>&1 |
+        tee "$out/bench/linalg_torch.log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" = 0 ]; then result=ok; elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then result=TIMEOUT; else result=FAIL; fi
+    [ "$rc" = 0 ] || failures=$((failures + 1))
+    echo "== bench linalg_torch: $result (exit $rc, $((SECONDS - started)) s)"
+    note "$(printf '%-22s %-9s %5s %4s' linalg_torch "$result" "$rc" "$((SECONDS - started))s")"
 }
 
 # Runs on exit (trap): a daemon still running is killed, the private socket folder removed.
@@ -285,9 +316,17 @@ main() {
         fi
     fi
 
+    run_torch_linalg
+
     note ""
     note "BENCH lines:"
     cat "$out"/bench/*.log 2>/dev/null | grep '^BENCH ' >>"$summary"
+    # bench-linalg's in-process cuSOLVER routines, one time each (the daemon's routine choice).
+    if cat "$out"/bench/*.log 2>/dev/null | grep -q '^ROUTINE '; then
+        note ""
+        note "ROUTINE lines:"
+        cat "$out"/bench/*.log 2>/dev/null | grep '^ROUTINE ' >>"$summary"
+    fi
     note ""
     if [ "$failures" = 0 ]; then
         note "overall: PASS ($SECONDS s)"
