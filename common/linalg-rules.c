@@ -323,7 +323,9 @@ tf_status tf__infer_linalg(tf__op_kind kind, tf__linalg *l, const tf__meta *in, 
         return TF_OK;
     }
     case TF__OP_NORM: {
-        if (nr + nc < 1) {
+        /* A rank-0 input is a vector of one element (numpy and the array API flatten it). */
+        const int scalar_vector = l->norm_kind == TF__NORM_VECTOR && a->rank == 0;
+        if (nr + nc < 1 && !scalar_vector) {
             snprintf(msg, len, "norm: no axis is left to reduce after %d batch axes", nb);
             return TF_ERR_AXIS;
         }

@@ -106,8 +106,18 @@ static void on_read_done(tfd_item *it) {
         Tenferro__Frame out = TENFERRO__FRAME__INIT;
         Tenferro__DownloadReply reply = TENFERRO__DOWNLOAD_REPLY__INIT;
         Tenferro__Result result = TENFERRO__RESULT__INIT;
+        char why[sizeof it->outcome.message + 96];
         result.status = (uint32_t)it->outcome.status;
         result.message = it->outcome.message;
+        /*
+         * An operation of a submission (batch ids start at 1) is named the way a
+         * synchronize names it, by its index there; the read's own failure is as it is.
+         */
+        if (it->outcome.status != TF_OK && it->outcome.batch != 0) {
+            snprintf(why, sizeof why, "operation %u of a submission failed on the device: %s",
+                     it->outcome.index, it->outcome.message);
+            result.message = why;
+        }
         if (!it->u.copy.host && it->outcome.status == TF_OK) {
             result.status = TF_ERR_NO_MEMORY;
             result.message = "out of host memory for the read";

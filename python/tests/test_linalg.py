@@ -374,6 +374,20 @@ def test_vector_and_matrix_norm(client, rng, dtype):
             close(got, want, dtype, 10, f"matrix_norm ord={ord}")
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_of_a_scalar(client, rng, dtype):
+    # A 0-d tensor is a vector of one element, as numpy and the array API have it.
+    x = random_array(rng, (), dtype)
+    t = client.tensor(x)
+    for ord in [2, 1, np.inf, -np.inf, 0, 2.5]:
+        for keepdims in (False, True):
+            got = la.vector_norm(t, keepdims=keepdims, ord=ord).numpy()
+            want = np.linalg.vector_norm(x, keepdims=keepdims, ord=ord)
+            assert got.shape == want.shape
+            close(got, want, dtype, 10, f"vector_norm of a scalar, ord={ord}")
+    close(la.norm(t).numpy(), np.asarray(np.linalg.norm(x)), dtype, 10, "norm of a scalar")
+
+
 def test_norm_refusals(client):
     x = client.tensor(np.ones((2, 3, 4)))
     with pytest.raises(ValueError, match="Improper number of dimensions"):
