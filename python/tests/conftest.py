@@ -166,3 +166,30 @@ def assert_close(got, want, dtype=None, scale=1.0):
     denom = max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-30)
     err = float(np.max(np.abs(got - want))) / denom if want.size else 0.0
     assert err <= tolerance(got.dtype) * scale, f"normwise error {err:g}"
+
+
+# The session kinds an operation is tried in: none (each call its own burst), held, scoped.
+MODES = ["implicit", "held", "scoped"]
+
+
+@contextlib.contextmanager
+def mode_ctx(client, mode):
+    """The session of kind mode on client (None for implicit), open for the block."""
+    if mode == "held":
+        with client.session() as s:
+            yield s
+    elif mode == "scoped":
+        with client.scoped() as s:
+            yield s
+    else:
+        yield None
+
+
+def run(client, mode, fn, *arrays):
+    """Uploads arrays, runs fn on the tensors inside the session kind, downloads the results."""
+    ts = [client.tensor(a) for a in arrays]
+    with mode_ctx(client, mode):
+        out = fn(*ts)
+    if isinstance(out, tuple):
+        return tuple(o.numpy() for o in out)
+    return out.numpy()

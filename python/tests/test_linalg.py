@@ -2,7 +2,6 @@
 square, tall, wide, batched and 1x1 matrices, in each session kind; gauges, svd_truncated's and
 eigh_truncated's rule at its boundaries against a reference written here, typed errors naming
 the failing matrix, and the held session's host_waits (one wait for a value-dependent rank)."""
-import contextlib
 import math
 
 import numpy as np
@@ -10,7 +9,7 @@ import pytest
 
 import tenferro as tf
 import tenferro.linalg as la
-from conftest import COMPLEX, DTYPES, REAL, daemon, random_array
+from conftest import COMPLEX, DTYPES, MODES, REAL, daemon, mode_ctx, random_array, run
 
 try:
     import hypothesis
@@ -19,32 +18,9 @@ try:
 except ImportError:  # the property tests below skip; make test-python installs hypothesis
     hypothesis = None
 
-MODES = ["implicit", "held", "scoped"]
 # (batch..., m, n): square, tall, wide, batched, 1x1
 SHAPES = [(4, 4), (6, 3), (3, 5), (2, 3, 4, 3), (1, 1)]
 SQUARE = [(4, 4), (1, 1), (2, 3, 3, 3), (5, 5)]
-
-
-@contextlib.contextmanager
-def mode_ctx(client, mode):
-    if mode == "held":
-        with client.session() as s:
-            yield s
-    elif mode == "scoped":
-        with client.scoped() as s:
-            yield s
-    else:
-        yield None
-
-
-def run(client, mode, fn, *arrays):
-    """Uploads arrays, runs fn on the tensors in the session kind, downloads every result."""
-    ts = [client.tensor(a) for a in arrays]
-    with mode_ctx(client, mode):
-        out = fn(*ts)
-    if isinstance(out, tuple):
-        return tuple(o.numpy() for o in out)
-    return out.numpy()
 
 
 def single(dtype):

@@ -1,35 +1,9 @@
 """Every operation against numpy on fresh random inputs, all four dtypes, in each session kind."""
-import contextlib
-
 import numpy as np
 import pytest
 
 import tenferro as tf
-from conftest import COMPLEX, DTYPES, REAL, assert_close, random_array
-
-MODES = ["implicit", "held", "scoped"]
-
-
-@contextlib.contextmanager
-def mode_ctx(client, mode):
-    if mode == "held":
-        with client.session() as s:
-            yield s
-    elif mode == "scoped":
-        with client.scoped() as s:
-            yield s
-    else:
-        yield None
-
-
-def run(client, mode, fn, *arrays):
-    """Uploads arrays, runs fn on the tensors inside the session kind, downloads the results."""
-    ts = [client.tensor(a) for a in arrays]
-    with mode_ctx(client, mode):
-        out = fn(*ts)
-    if isinstance(out, tuple):
-        return tuple(o.numpy() for o in out)
-    return out.numpy()
+from conftest import COMPLEX, DTYPES, MODES, REAL, assert_close, random_array, run
 
 
 @pytest.mark.parametrize("mode", MODES)
