@@ -423,7 +423,9 @@ static void check_svd(const char *what, tf_dtype dt, const lcx *a, int64_t m, in
 
 START_TEST(test_svd) {
     const tf_dtype dt = all_dtypes[_i];
-    static const int64_t shapes[][2] = {{1, 1}, {4, 4}, {7, 3}, {3, 7}, {1, 5}, {5, 1}};
+    /* the larger ones: the gauge's passes along U's rows over many columns */
+    static const int64_t shapes[][2] = {{1, 1}, {4, 4},   {7, 3},   {3, 7},
+                                        {1, 5}, {5, 1},   {40, 37}, {37, 40}, {70, 45}, {45, 70}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         for (int64_t b = 0; b <= 3; b += 3) {
             const int64_t m = shapes[si][0], n = shapes[si][1], k = m < n ? m : n;

@@ -76,10 +76,12 @@ typedef struct la_type {
                         lapack_int lwork);
     /* The loops that visit every entry of a matrix, typed (DEFINE_LOOPS). */
     int64_t (*largest)(const void *x, int64_t n, int64_t stride, double *big);
+    void (*largest_cols)(const void *x, int64_t rows, int64_t cols, int64_t ld, int64_t *best,
+                         double *big, double *work);
     void (*scale)(void *x, int64_t n, int64_t stride, zval f);
+    void (*scale_cols)(void *x, int64_t rows, int64_t cols, int64_t ld, const zval *f);
     void (*gather)(void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows,
-                   int64_t cols, const int64_t *idx, int cj);
-    void (*transpose_square)(void *a, int64_t n, int cj);
+                   int64_t cols, const int64_t *idx, int cj, const zval *ph);
 } la_type;
 
 /* Element access of a dtype of element type T and real type R; ABS is |x| in T's precision. */
@@ -97,54 +99,59 @@ typedef struct la_type {
 /*
  * The loops over whole matrices, typed so they run at memory speed: MUL(f, x)
  * is the zval f times the element x, CJ(x) the conjugate (the identity for a
- * real dtype), ABS as for DEFINE_ACCESS. The transposes go by LA_TILE x
- * LA_TILE tiles, so the strided side of each stays in cache.
+ * real dtype), ABS as for DEFINE_ACCESS; SKIP1 is 1 where a product by
+ * exactly 1 could still change an element (a complex -0 part), so those are
+ * skipped as the scalar code always did. The transposes go by tiles, so the
+ * strided side of each stays in cache.
  *
  *   largest:  the index of the first entry of largest magnitude of n
  *             entries `stride` apart (exact comparisons of ABS), and that
  *             magnitude (LARGEST_REAL, LARGEST_COMPLEX);
+ *   largest_cols: the same for each of the first `cols` columns of a
+ *             row-major rows x ld matrix, in passes along its rows (a
+ *             column's entries are ld apart: one cache line each);
  *   scale:    n entries `stride` apart times f;
- *   gather:   dst[r*ldd + c] = op(src[s(c)*lds + r]) for r < rows, c < cols,
- *             with s(c) = idx ? idx[c] : c and op the conjugate when cj: the
- *             columns of a column-major matrix (some, in some order) as the
- *             columns of a row-major one;
- *   transpose_square: the same in place for n x n, idx NULL and ldd = lds =
- *             n (the pairs across the diagonal swapped).
+ *   scale_cols: column j of the first `cols` of a row-major rows x ld
+ *             matrix times f[j], by rows;
+ *   gather:   dst[r*ldd + c] = ph(c) op(src[s(c)*lds + r]) for r < rows,
+ *             c < cols, with s(c) = idx ? idx[c] : c, op the conjugate when
+ *             cj and ph(c) = ph ? ph[c] : 1: the columns of a column-major
+ *             matrix (some, in some order, each with a phase) as the columns
+ *             of a row-major one.
  */
-#define LA_TILE 16
-#define LA_TILE_ROWS 64 /* gather: 64 rows of dst by 8 columns, a cache line of each row */
-#define LA_TILE_COLS 8
-#define DEFINE_LOOPS(P, T, MUL, CJ)                                                                 \
+#define LA_TILE 16      /* QR's bands of R's rows */
+#define LA_TILE_ROWS 64 /* gather: 64 rows of dst by 4 columns; at 1024 x 1024 f64 on the */
+#define LA_TILE_COLS 4  /* build machine 2.1 ms a transpose, against 3.3 ms by 64 x 8 tiles */
+#define DEFINE_LOOPS(P, T, MUL, CJ, SKIP1)                                                         \
     static void P##_scale(void *x, int64_t n, int64_t stride, zval f) {                          \
         T *v = x;                                                                                \
         for (int64_t i = 0; i < n; i++) v[i * stride] = MUL(f, v[i * stride]);                   \
     }                                                                                            \
+    static void P##_scale_cols(void *x, int64_t rows, int64_t cols, int64_t ld, const zval *f) { \
+        T *v = x;                                                                                \
+        for (int64_t r = 0; r < rows; r++)                                                       \
+            for (int64_t j = 0; j < cols; j++)                                                   \
+                if (!(SKIP1) || f[j] != 1) v[r * ld + j] = MUL(f[j], v[r * ld + j]);             \
+    }                                                                                            \
     static void P##_gather(void *dst, int64_t ldd, const void *src, int64_t lds, int64_t rows,   \
-                           int64_t cols, const int64_t *idx, int cj) {                           \
+                           int64_t cols, const int64_t *idx, int cj, const zval *ph) {           \
         T *d = dst;                                                                              \
         const T *s = src;                                                                        \
         for (int64_t r0 = 0; r0 < rows; r0 += LA_TILE_ROWS)                                      \
             for (int64_t c0 = 0; c0 < cols; c0 += LA_TILE_COLS) {                                \
                 const int64_t r1 = r0 + LA_TILE_ROWS < rows ? r0 + LA_TILE_ROWS : rows;          \
                 const int64_t c1 = c0 + LA_TILE_COLS < cols ? c0 + LA_TILE_COLS : cols;          \
+                if (!idx && !cj && !ph) { /* the plain transpose, as tight as it goes */         \
+                    for (int64_t r = r0; r < r1; r++)                                            \
+                        for (int64_t c = c0; c < c1; c++) d[r * ldd + c] = s[c * lds + r];       \
+                    continue;                                                                    \
+                }                                                                                \
                 for (int64_t r = r0; r < r1; r++)                                                \
                     for (int64_t c = c0; c < c1; c++) {                                          \
-                        const T v = s[(idx ? idx[c] : c) * lds + r];                             \
-                        d[r * ldd + c] = cj ? CJ(v) : v;                                         \
-                    }                                                                            \
-            }                                                                                    \
-    }                                                                                            \
-    static void P##_transpose_square(void *a, int64_t n, int cj) {                               \
-        T *x = a;                                                                                \
-        for (int64_t r0 = 0; r0 < n; r0 += LA_TILE)                                              \
-            for (int64_t c0 = r0; c0 < n; c0 += LA_TILE) {                                       \
-                const int64_t r1 = r0 + LA_TILE < n ? r0 + LA_TILE : n;                          \
-                const int64_t c1 = c0 + LA_TILE < n ? c0 + LA_TILE : n;                          \
-                for (int64_t r = r0; r < r1; r++)                                                \
-                    for (int64_t c = c0 == r0 ? r : c0; c < c1; c++) {                           \
-                        const T u = x[r * n + c], v = x[c * n + r];                              \
-                        x[r * n + c] = cj ? CJ(v) : v;                                           \
-                        x[c * n + r] = cj ? CJ(u) : u;                                           \
+                        T v = s[(idx ? idx[c] : c) * lds + r];                                   \
+                        if (cj) v = CJ(v);                                                       \
+                        if (ph && (!(SKIP1) || ph[c] != 1)) v = MUL(ph[c], v);                   \
+                        d[r * ldd + c] = v;                                                      \
                     }                                                                            \
             }                                                                                    \
     }
@@ -164,6 +171,23 @@ typedef struct la_type {
         }                                                                                        \
         *big = b;                                                                                \
         return best;                                                                             \
+    }                                                                                            \
+    static void P##_largest_cols(const void *x, int64_t rows, int64_t cols, int64_t ld,          \
+                                 int64_t *best, double *big, double *work) {                     \
+        const T *v = x;                                                                          \
+        (void)work;                                                                              \
+        for (int64_t j = 0; j < cols; j++) {                                                     \
+            best[j] = 0;                                                                         \
+            big[j] = ABS(v[j]);                                                                  \
+        }                                                                                        \
+        for (int64_t r = 1; r < rows; r++)                                                       \
+            for (int64_t j = 0; j < cols; j++) {                                                 \
+                const double a = ABS(v[r * ld + j]);                                             \
+                if (a > big[j]) {                                                                \
+                    big[j] = a;                                                                  \
+                    best[j] = r;                                                                 \
+                }                                                                                \
+            }                                                                                    \
     }
 
 /*
@@ -201,6 +225,33 @@ typedef struct la_type {
         }                                                                                        \
         *big = b;                                                                                \
         return best;                                                                             \
+    }                                                                                            \
+    static void P##_largest_cols(const void *x, int64_t rows, int64_t cols, int64_t ld,          \
+                                 int64_t *best, double *big, double *floor_sq) {                 \
+        const T *v = x;                                                                          \
+        for (int64_t j = 0; j < cols; j++) floor_sq[j] = 0;                                      \
+        for (int64_t r = 0; r < rows; r++)                                                       \
+            for (int64_t j = 0; j < cols; j++) {                                                 \
+                const double re = creal(v[r * ld + j]), im = cimag(v[r * ld + j]);               \
+                const double sq = re * re + im * im;                                             \
+                if (sq > floor_sq[j]) floor_sq[j] = sq;                                          \
+            }                                                                                    \
+        for (int64_t j = 0; j < cols; j++) { /* the top square, then its floor (0: no screen) */ \
+            const double top = floor_sq[j];                                                      \
+            floor_sq[j] = top > 0x1p-900 && top < 0x1p900 ? top * (1 - (SLACK)) : 0;             \
+            best[j] = 0;                                                                         \
+            big[j] = -1;                                                                         \
+        }                                                                                        \
+        for (int64_t r = 0; r < rows; r++)                                                       \
+            for (int64_t j = 0; j < cols; j++) {                                                 \
+                const double re = creal(v[r * ld + j]), im = cimag(v[r * ld + j]);               \
+                if (re * re + im * im < floor_sq[j]) continue;                                   \
+                const double a = ABS(v[r * ld + j]);                                             \
+                if (a > big[j]) {                                                                \
+                    big[j] = a;                                                                  \
+                    best[j] = r;                                                                 \
+                }                                                                                \
+            }                                                                                    \
     }
 
 #define MUL_REAL(f, x) ((x) * creal(f))
@@ -290,10 +341,10 @@ DEFINE_ACCESS(s, float, float, fabsf, tf__kept_rank_f32)
 DEFINE_ACCESS(d, double, double, fabs, tf__kept_rank_f64)
 DEFINE_ACCESS(c, float complex, float, cabsf, tf__kept_rank_f32)
 DEFINE_ACCESS(z, double complex, double, cabs, tf__kept_rank_f64)
-DEFINE_LOOPS(s, float, MUL_REAL, CJ_REAL)
-DEFINE_LOOPS(d, double, MUL_REAL, CJ_REAL)
-DEFINE_LOOPS(c, float complex, MUL_C64, conjf)
-DEFINE_LOOPS(z, double complex, MUL_C128, conj)
+DEFINE_LOOPS(s, float, MUL_REAL, CJ_REAL, 0)
+DEFINE_LOOPS(d, double, MUL_REAL, CJ_REAL, 0)
+DEFINE_LOOPS(c, float complex, MUL_C64, conjf, 1)
+DEFINE_LOOPS(z, double complex, MUL_C128, conj, 1)
 LARGEST_REAL(s, float, fabsf)
 LARGEST_REAL(d, double, fabs)
 LARGEST_COMPLEX(c, float complex, cabsf, 0x1p-16)
@@ -310,7 +361,8 @@ DEFINE_LAPACK_COMPLEX(z)
 #define LA_TYPE(P, DT, T, R, CX, TOL)                                                              \
     {DT,        sizeof(T), sizeof(R), CX,       TOL,      P##_get,   P##_set,   P##_rget,          \
      P##_rset,  P##_mag,   P##_kept,  P##_gesdd, P##_geqrf, P##_orgqr, P##_heevd, P##_potrf,       \
-     P##_getrf, P##_getrs, P##_getri, P##_largest, P##_scale, P##_gather, P##_transpose_square}
+     P##_getrf, P##_getrs, P##_getri, P##_largest, P##_largest_cols, P##_scale,                 \
+     P##_scale_cols, P##_gather}
 
 static const la_type la_types[] = {
     LA_TYPE(s, TF_F32, float, float, 0, TF__DEGENERATE_TOL_F32),
@@ -519,13 +571,20 @@ static tf_status gesdd_plan(const la_run *r, char jobz, lapack_int M, lapack_int
  * n): each of the first r1 columns of U gets its largest entry real positive
  * and the matching row of Vh (j < r2) the conjugate phase, so U S Vh stays
  * A; rows of a complete Vh past U's columns (n > m) get the rule of their
- * own.
+ * own. U's columns are searched and scaled in passes along its rows (a
+ * column's entries are uw apart, so column by column each entry cost a
+ * cache line: a quarter of the gauge's time at 512 x 512); best, big, work
+ * and ph are scratch of r1 entries.
  */
 static void svd_gauge(const la_type *t, void *u, int64_t m, int64_t uw, void *vh, int64_t n,
-                      int64_t r1, int64_t r2) {
+                      int64_t r1, int64_t r2, int64_t *best, double *big, double *work, zval *ph) {
+    t->largest_cols(u, m, r1, uw, best, big, work);
+    for (int64_t j = 0; j < r1; j++)
+        ph[j] = big[j] == 0 ? 1 : conj(t->get(u, best[j] * uw + j)) / big[j];
+    t->scale_cols(u, m, r1, uw, ph);
     for (int64_t j = 0; j < r1; j++) {
-        const zval p = gauge_vec(t, at(u, j, t->size), m, uw);
-        if (j < r2 && p != 1) scale_vec(t, at(vh, j * n, t->size), n, 1, conj(p));
+        if (big[j] != 0) t->set(u, best[j] * uw + j, big[j]); /* exactly real, after the product */
+        if (j < r2 && ph[j] != 1) t->scale(at(vh, j * n, t->size), n, 1, conj(ph[j]));
     }
     for (int64_t j = r1; j < r2; j++) gauge_vec(t, at(vh, j * n, t->size), n, 1);
 }
@@ -605,6 +664,9 @@ static tf_status run_svd(const la_run *r) {
     const size_t o_iw = reserve(&sc, 8 * (size_t)k, sizeof(lapack_int));
     const size_t o_u = uv && !direct ? reserve(&sc, (size_t)(m * uw), t->size) : 0;
     const size_t o_v = uv && !direct ? reserve(&sc, (size_t)(vr * n), t->size) : 0;
+    const size_t g = uv ? (size_t)r1 : 0; /* the gauge's scratch */
+    const size_t o_gb = reserve(&sc, g, sizeof(int64_t)), o_gm = reserve(&sc, g, sizeof(double));
+    const size_t o_gw = reserve(&sc, g, sizeof(double)), o_gp = reserve(&sc, g, sizeof(zval));
     if ((st = scratch_alloc(r, &sc)) != TF_OK) return st;
     void *a = sc.base + o_a, *s = sc.base + o_s;
     for (int64_t i = 0; i < d->b && st == TF_OK; i++) {
@@ -623,7 +685,9 @@ static tf_status run_svd(const la_run *r) {
         void *Vhi = uv ? at(Vh, i * r2 * n, t->size) : NULL;
         void *Si = at(S, i * w, t->rsize);
         if (uv) {
-            svd_gauge(t, u, m, uw, vh, n, r1, r2);
+            svd_gauge(t, u, m, uw, vh, n, r1, r2, (int64_t *)(void *)(sc.base + o_gb),
+                      (double *)(void *)(sc.base + o_gm), (double *)(void *)(sc.base + o_gw),
+                      (zval *)(void *)(sc.base + o_gp));
             if (!direct) {
                 copy_columns(t->size, Ui, r1, u, uw, m, r1);
                 memcpy(Vhi, vh, (size_t)(r2 * n) * t->size);
@@ -649,7 +713,7 @@ static tf_status run_svd(const la_run *r) {
  * R is the factor's upper triangle transposed out, exact zeros below; its
  * row j then takes the gauge's phase p = conj(d)/|d| of its diagonal d
  * (set to |d| exactly), and column j of orgqr's result is scaled by
- * conj(p), contiguous there, before Q is transposed out: Q R stays A.
+ * conj(p) in the same pass that transposes Q out: Q R stays A.
  */
 static tf_status run_qr(const la_run *r) {
     const tf__linalg *d = r->d;
@@ -675,13 +739,13 @@ static tf_status run_qr(const la_run *r) {
     scratch sc = {0, NULL, 0};
     const size_t o_a = reserve(&sc, (size_t)(m * wc), t->size), o_tau = reserve(&sc, (size_t)k, t->size);
     const size_t o_w = reserve(&sc, (size_t)lwork, t->size);
-    const size_t o_ph = reserve(&sc, (size_t)k, sizeof(zval));
+    const size_t o_ph = reserve(&sc, (size_t)kq, sizeof(zval));
     tf_status st = scratch_alloc(r, &sc);
     if (st != TF_OK) return st;
     void *a = sc.base + o_a, *tau = sc.base + o_tau, *work = sc.base + o_w;
     zval *ph = (zval *)(void *)(sc.base + o_ph);
     for (int64_t i = 0; i < d->b; i++) {
-        t->gather(a, m, at(op->in[0].data, i * m * n, t->size), n, n, m, NULL, 0);
+        t->gather(a, m, at(op->in[0].data, i * m * n, t->size), n, n, m, NULL, 0, NULL);
         info = t->geqrf((lapack_int)m, (lapack_int)n, a, (lapack_int)m, tau, work, lwork);
         if (info != 0) {
             st = fail_lapack(r, "geqrf", info);
@@ -690,7 +754,7 @@ static tf_status run_qr(const la_run *r) {
         void *Ri = at(R, i * kq * n, t->size);
         for (int64_t j = 0; j < k; j += LA_TILE) /* the bands of R's rows, from the diagonal on */
             t->gather(at(Ri, j * n + j, t->size), n, at(a, j * m + j, t->size), m,
-                      k - j < LA_TILE ? k - j : LA_TILE, n - j, NULL, 0);
+                      k - j < LA_TILE ? k - j : LA_TILE, n - j, NULL, 0, NULL);
         for (int64_t j = 0; j < kq; j++) {
             void *row = at(Ri, j * n, t->size);
             if (j >= k) { /* a complete R's rows past k */
@@ -713,9 +777,8 @@ static tf_status run_qr(const la_run *r) {
             st = fail_lapack(r, "orgqr", info);
             break;
         }
-        for (int64_t j = 0; j < k; j++)
-            if (ph[j] != 1) t->scale(at(a, j * m, t->size), m, 1, ph[j]);
-        t->gather(at(Q, i * m * kq, t->size), kq, a, m, m, kq, NULL, 0);
+        for (int64_t j = k; j < kq; j++) ph[j] = 1; /* a complete Q's columns past k */
+        t->gather(at(Q, i * m * kq, t->size), kq, a, m, m, kq, NULL, 0, ph);
     }
     scratch_free(r, &sc);
     return st;
@@ -740,22 +803,22 @@ static int eig_order(const void *x, const void *y) {
  * Hermitian eigendecomposition by syevd/heevd on the column-major reading of
  * the buffer: the row-major lower triangle is the column-major upper one of
  * A^T = conj(A), which has A's eigenvalues and the conjugate eigenvectors,
- * each contiguous in LAPACK's result. Each vector's gauge is applied there
- * (its first entry of largest magnitude made real positive once conjugated:
- * the vector times conj(p) for the phase p the conjugate needs), then one
- * tiled pass writes the vectors out as V's columns, conjugated. Without
- * truncation LAPACK works on a copy of the input in V itself and that pass
- * is a transpose in place; with truncation it works in scratch and the pass
- * gathers the kept vectors in the truncation's order. The largest entries
- * are then set to their magnitudes exactly. Values only ask LAPACK for no
- * vectors (jobz 'N').
+ * each contiguous in LAPACK's result. LAPACK works on a copy of the input in
+ * the stream's scratch; each kept vector's first entry of largest magnitude
+ * is found there (a read of the contiguous vector), and one tiled pass then
+ * writes the vectors out as V's columns, conjugated and times the phase p
+ * that makes that entry real positive, in the truncation's order when there
+ * is one. The largest entries are then set to their magnitudes exactly.
+ * (Working in V itself and transposing it in place took twice as long as
+ * this out-of-place pass: the swaps across the diagonal walk both triangles
+ * at once.) Values only ask LAPACK for no vectors (jobz 'N').
  */
 static tf_status run_eigh(const la_run *r) {
     const tf__linalg *d = r->d;
     const la_type *t = r->t;
     const tfd_linalg_op *op = r->op;
     const int64_t n = d->n, w = d->rank;
-    const int uv = d->compute_uv, in_place = uv && !d->truncate;
+    const int uv = d->compute_uv;
     void *W = op->out[0].data;
     void *V = uv ? op->out[1].data : NULL;
     double *report = d->truncate ? op->out[uv ? 2 : 1].data : NULL;
@@ -768,7 +831,7 @@ static tf_status run_eigh(const la_run *r) {
         (t->cx && !query_size(t->rget(rq, 0), &lrwork)))
         return too_large(r, "heevd");
     scratch sc = {0, NULL, 0};
-    const size_t o_a = reserve(&sc, in_place ? 0 : (size_t)(n * n), t->size);
+    const size_t o_a = reserve(&sc, (size_t)(n * n), t->size);
     const size_t o_w = reserve(&sc, (size_t)n, t->rsize);
     const size_t o_work = reserve(&sc, (size_t)lwork, t->size);
     const size_t o_rw = reserve(&sc, (size_t)lrwork, t->rsize);
@@ -778,16 +841,16 @@ static tf_status run_eigh(const la_run *r) {
     const size_t o_idx = reserve(&sc, uv ? (size_t)n : 0, sizeof(int64_t));
     const size_t o_best = reserve(&sc, uv ? (size_t)n : 0, sizeof(int64_t));
     const size_t o_big = reserve(&sc, uv ? (size_t)n : 0, sizeof(double));
+    const size_t o_ph = reserve(&sc, uv ? (size_t)n : 0, sizeof(zval));
     tf_status st = scratch_alloc(r, &sc);
     if (st != TF_OK) return st;
-    void *ev = sc.base + o_w, *absw = sc.base + o_abs;
+    void *a = sc.base + o_a, *ev = sc.base + o_w, *absw = sc.base + o_abs;
     eig_key *keys = (eig_key *)(void *)(sc.base + o_keys);
     int64_t *idx = (int64_t *)(void *)(sc.base + o_idx);
     int64_t *best = (int64_t *)(void *)(sc.base + o_best);
     double *big = (double *)(void *)(sc.base + o_big);
+    zval *ph = (zval *)(void *)(sc.base + o_ph);
     for (int64_t i = 0; i < d->b; i++) {
-        void *Vi = uv ? at(V, i * n * w, t->size) : NULL;
-        void *a = in_place ? Vi : sc.base + o_a;
         memcpy(a, at(op->in[0].data, i * n * n, t->size), (size_t)(n * n) * t->size);
         info = t->heevd(jobz, uplo, (lapack_int)n, a, ev, sc.base + o_work, lwork, sc.base + o_rw,
                         lrwork, (lapack_int *)(void *)(sc.base + o_iw), liwork);
@@ -817,21 +880,17 @@ static tf_status run_eigh(const la_run *r) {
             const int64_t e = d->truncate ? keys[j].index : j;
             t->rset(Wi, j, j < kept ? t->rget(ev, e) : 0);
             if (!uv || j >= kept) continue;
-            void *vec = at(a, e * n, t->size);
+            const void *vec = at(a, e * n, t->size);
             idx[j] = e;
             best[j] = t->largest(vec, n, 1, &big[j]);
             /* the column written out is conj(vec) times p = vec[best] / |vec[best]| */
-            const zval p = big[j] == 0 ? 1 : t->get(vec, best[j]) / big[j];
-            if (p != 1) t->scale(vec, n, 1, conj(p));
+            ph[j] = big[j] == 0 ? 1 : t->get(vec, best[j]) / big[j];
         }
         if (!uv) continue;
-        if (in_place) {
-            t->transpose_square(Vi, n, t->cx);
-        } else {
-            t->gather(Vi, w, a, n, n, kept, idx, t->cx);
-            for (int64_t row = 0; kept < w && row < n; row++)
-                memset(at(Vi, row * w + kept, t->size), 0, (size_t)(w - kept) * t->size);
-        }
+        void *Vi = at(V, i * n * w, t->size);
+        t->gather(Vi, w, a, n, n, kept, d->truncate ? idx : NULL, t->cx, ph);
+        for (int64_t row = 0; kept < w && row < n; row++)
+            memset(at(Vi, row * w + kept, t->size), 0, (size_t)(w - kept) * t->size);
         for (int64_t j = 0; j < kept; j++)
             if (big[j] != 0) t->set(Vi, best[j] * w + j, big[j]);
     }
@@ -899,13 +958,13 @@ static tf_status run_solve(const la_run *r) {
         const void *Bi = at(op->in[1].data, i * n * nrhs, t->size);
         void *Xi = at(op->out[0].data, i * n * nrhs, t->size);
         if (nrhs == 1) memcpy(Xi, Bi, (size_t)n * t->size);
-        else t->gather(bt, n, Bi, nrhs, nrhs, n, NULL, 0);
+        else t->gather(bt, n, Bi, nrhs, nrhs, n, NULL, 0, NULL);
         info = t->getrs((lapack_int)n, (lapack_int)nrhs, lu, ipiv, nrhs == 1 ? Xi : bt);
         if (info != 0) {
             st = fail_lapack(r, "getrs", info);
             break;
         }
-        if (nrhs > 1) t->gather(Xi, nrhs, bt, n, n, nrhs, NULL, 0);
+        if (nrhs > 1) t->gather(Xi, nrhs, bt, n, n, nrhs, NULL, 0, NULL);
     }
     scratch_free(r, &sc);
     return st;
