@@ -379,6 +379,13 @@ $(BUILD)/bench/gpu/bench-linalg: $(BUILD)/obj/bench/gpu/bench-linalg.o $(GPU_BEN
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcusolver $(GPU_BENCH_LIBS)
 
+# linalg-routines times cuSOLVER's and cuBLAS's decompositions in-process (no daemon): which
+# routine the CUDA backend's table should pick (docs/linalg.md, "Routines").
+$(BUILD)/bench/gpu/linalg-routines: $(BUILD)/obj/bench/gpu/linalg-routines.o $(GPU_BENCH_OBJ) \
+                                    $(BUILD)/libtenferro-client.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ -L$(CUDA_HOME)/lib64 -lcusolver -lcublas $(GPU_BENCH_LIBS)
+
 # probe-layers times the same work at the libraries and at the backend in-process.
 $(BUILD)/bench/gpu/probe-layers: $(BUILD)/obj/bench/gpu/probe-layers.o $(GPU_BENCH_OBJ) \
                                  $(CUDA_BACKEND_OBJ) $(BUILD)/libtenferro-client.a

@@ -5,6 +5,7 @@
     python3 bench/dmrg_sweep.py --gpu SOCKET                 dmrg_sweep, against a CUDA daemon
     python3 bench/dmrg_sweep.py --gpu --daemon build-gpu/tenferrod [--device cuda:0]
                                                              the same, starting its own daemon
+    python3 bench/dmrg_sweep.py --gpu --budget 90 SOCKET     at most 90 s of sweeps (after two)
 
 Each line is `BENCH <name> tenferrod=<x> baseline=<y> unit=ms`: milliseconds per sweep
 (2 (L - 1) bond optimizations, left to right and back), both sides measured in this run,
@@ -25,7 +26,9 @@ the same code (examples/dmrg/dmrg.py) from the same random state:
 The MPS starts at its full bond dimension (a random state, right-canonicalized), the
 sides take turns sweep by sweep (so a load phase of a shared machine falls on both), one
 sweep warms up, and the figure is the median of the sweeps after it (--sweeps, 3 by
-default on the GPU: 1 warm-up and 2 timed; 4 on the CPU). '#' lines give each run's
+default on the GPU: 1 warm-up and 2 timed; 4 on the CPU; --budget S stops after the second
+round of sweeps when another round, as long as the last, would end past S seconds of sweeping,
+so scripts/gpu-check.sh stays within its time). '#' lines give each run's
 energies, host waits per sweep and device. Timings never fail; the script exits non-zero
 when a run breaks or the energies of the two sides of a line differ by more than 1e-8.
 """
@@ -69,9 +72,17 @@ def interleaved(names: list[str], socket: str | None,
     try:
         runs = [dmrg.Run(b, args.sites, args.chi, args.krylov, args.cutoff, args.seed,
                          verbose=False, init_chi=args.chi) for b in backends]
-        for _ in range(args.sweeps):
+        start = time.monotonic()
+        for i in range(args.sweeps):
+            began = time.monotonic()
             for r in runs:
                 r.sweep()
+            now = time.monotonic()
+            if (args.budget and i + 1 >= 2 and i + 1 < args.sweeps
+                    and (now - start) + (now - began) > args.budget):
+                print("# stopping after %d rounds of sweeps: another (%.0f s) would pass the "
+                      "%.0f s budget" % (i + 1, now - began, args.budget), flush=True)
+                break
     finally:
         for b in backends:
             b.close()
@@ -127,6 +138,8 @@ def main() -> int:
     p.add_argument("--cutoff", type=float, default=None,
                    help="1e-10 on the CPU; 1e-13 with --gpu (the middle bonds stay at chi)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds of sweeping after which no further round starts (after two)")
     args = p.parse_args()
     args.chi = args.chi or (512 if args.gpu else 64)
     args.sweeps = args.sweeps or (3 if args.gpu else 4)

@@ -45,6 +45,7 @@ tf_status tf_graph_new(tf_client *c, tf_graph **out) {
 
 void tf_graph_free(tf_graph *g) {
     if (!g) return;
+    for (size_t i = 0; i < g->n_nodes; i++) tf__queued_op_release(&g->nodes[i]);
     tf__id_table_free(&g->handles);
     free(g->nodes);
     free(g);

@@ -6,7 +6,10 @@
  * arguments, runs the daemon's own rules on it (tf__infer_linalg), so what
  * the daemon would refuse fails here with the same typed status, takes one
  * fresh handle per result and queues one operation naming its tensors in
- * run_io (inputs, then outputs) like a prepared graph's run.
+ * run_io (inputs, then outputs) like a prepared graph's run. On a recording
+ * view the same record becomes a graph node (graph.c), its results symbolic
+ * values of the graph; a report nobody asked for is still one of the node's
+ * outputs (the daemon gives it arena space), only its handle is dropped.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -48,10 +51,6 @@ static tf_status queue_linalg(tf_view *v, tf__op_kind kind, int n_inputs, const 
     tf_status st = tf__view_inputs(v, kind, n_inputs, inputs, &probe, in);
     if (st != TF_OK) return st;
     tf_client *c = v->client;
-    if (v->graph)
-        return tf__fail(c, TF_ERR_UNSUPPORTED,
-                        "%s: linear algebra runs in sessions; a prepared graph does not record it",
-                        tf__op_name(kind));
     for (int o = 0; o < n_outs; o++)
         if (!outs[o]) return tf__fail(c, TF_ERR_INVALID_ARGUMENT, "%s: a result pointer is NULL",
                                       tf__op_name(kind));

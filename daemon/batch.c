@@ -293,9 +293,15 @@ static tf_status prepare_op(tfd_conn *c, const Tenferro__Op *op, uint64_t accept
     return TF_OK;
 }
 
-/* What a run item carries: its instance and the device pointers of its inputs, then outputs. */
+/*
+ * What a run item carries: its instance, the run's place in its Submit (a
+ * linear-algebra node's failure found on the device names it), and the
+ * device pointers of its inputs, then outputs.
+ */
 typedef struct run_args {
     tfd_prepared_exec *exec;
+    uint64_t batch;
+    uint32_t index;
     int n_in, n_out;
     size_t *out_bytes;
     void *ptr[]; /* n_in inputs, then n_out outputs */
@@ -304,7 +310,8 @@ typedef struct run_args {
 /* Worker: one run of the prepared graph. */
 static tf_status run_prepared(tfd_backend *be, void *native, void *arg, char *msg, size_t len) {
     run_args *a = arg;
-    return tfd_prepared_run(be, native, a->exec, a->ptr, a->ptr + a->n_in, msg, len);
+    return tfd_prepared_run(be, native, a->exec, a->batch, a->index, a->ptr, a->ptr + a->n_in, msg,
+                            len);
 }
 
 /* Worker: a run that did not happen (or failed) leaves its outputs holding zeros. */
@@ -339,7 +346,7 @@ static void unmake_outputs(tfd_conn *c, chain *ch, const Tenferro__Op *op, int n
  * quotas, then one run item. A refusal changes nothing.
  */
 static tf_status prepare_run(tfd_conn *c, const Tenferro__Op *op, uint64_t accepted, chain *ch,
-                             char *msg, size_t len) {
+                             uint64_t batch, uint32_t index, char *msg, size_t len) {
     const tfd_prepared_ref *ref = tf__id_table_find(&c->prepared, op->prepared);
     if (!ref || ref->freed) {
         snprintf(msg, len,
@@ -396,6 +403,8 @@ static tf_status prepare_run(tfd_conn *c, const Tenferro__Op *op, uint64_t accep
         return TF_ERR_NO_MEMORY;
     }
     a->exec = x;
+    a->batch = batch;
+    a->index = index;
     a->n_in = p->n_inputs;
     a->n_out = p->n_outputs;
     a->out_bytes = out_bytes;
@@ -456,14 +465,6 @@ static void linalg_skipped(tfd_backend *be, void *native, void *arg) {
 
 static void linalg_drop(void *arg) { free(arg); }
 
-/* 1 when the descriptor's permutation moves an axis (an identity needs no copy). */
-static int moves_axes(const tf__linalg *l, int rank) {
-    if (!l->has_perm) return 0;
-    for (int i = 0; i < rank; i++)
-        if (l->perm[i] != i) return 1;
-    return 0;
-}
-
 /*
  * The copy that puts a permuted input in the descriptor's order: memory of
  * the stream's (no table record), a PERMUTE item writing it, and the FREE
@@ -481,15 +482,9 @@ static tf_status permuted_copy(tfd_conn *c, const tfd_tensor *t, const tf__linal
         return TF_ERR_NO_MEMORY;
     }
     tfd_op *d = &pi->u.op;
-    d->kind = TF__OP_PERMUTE;
-    d->n_inputs = 1;
-    view_of(t, &d->in[0]);
-    d->n_params = t->meta.rank;
-    d->out = d->in[0];
-    for (int i = 0; i < t->meta.rank; i++) {
-        d->params[i] = l->perm[i];
-        d->out.shape[i] = t->meta.shape[l->perm[i]];
-    }
+    tfd_tensor_view in;
+    view_of(t, &in);
+    tfd_linalg_permute_op(l, &in, d);
     tf_status st = tfd_stream_alloc(c->stream, t->bytes, &d->out.data, msg, len);
     if (st != TF_OK) {
         tfd_item_free(pi);
@@ -560,7 +555,7 @@ static tf_status prepare_linalg(tfd_conn *c, const Tenferro__Op *op, uint64_t ac
         }
         total += tf__meta_bytes(&out_meta[o]);
     }
-    const int permute = st == TF_OK && moves_axes(&lo->desc, in_meta[0].rank);
+    const int permute = st == TF_OK && tfd_linalg_permutes(&lo->desc, in_meta[0].rank);
     if (st == TF_OK)
         st = tfd_quota_check(c, total + (permute ? in_t[0]->bytes : 0), (uint64_t)n_out,
                              accepted + 1, msg, len);
@@ -600,6 +595,7 @@ static tf_status prepare_linalg(tfd_conn *c, const Tenferro__Op *op, uint64_t ac
     lo->n_outputs = n_out;
     lo->batch = batch;
     lo->index = index;
+    lo->node = -1;
     it->u.run.fn = run_linalg;
     it->u.run.skipped = linalg_skipped;
     it->u.run.drop = linalg_drop;
@@ -670,8 +666,8 @@ int tfd_batch_step(tfd_conn *c, tfd_batch_job *job, uint64_t budget_ns) {
         tf_status st = op->kind == TF__OP_FREE
                            ? prepare_free(c, op, &ch, out->message, sizeof out->message)
                        : op->kind == TF__OP_RUN_PREPARED
-                           ? prepare_run(c, op, out->accepted - flushed, &ch, out->message,
-                                         sizeof out->message)
+                           ? prepare_run(c, op, out->accepted - flushed, &ch, batch, (uint32_t)i,
+                                         out->message, sizeof out->message)
                        : op->kind < TF__OP_KIND_COUNT && tf__is_linalg((tf__op_kind)op->kind)
                            ? prepare_linalg(c, op, out->accepted - flushed, &ch, batch,
                                             (uint32_t)i, out->message, sizeof out->message)

@@ -865,6 +865,19 @@ int tfd_stream_complete_if_idle(tfd_stream *s, tfd_item_outcome *outcome) {
     }
     pthread_mutex_unlock(&s->lock);
     if (probe) s->ex->be->vt->event_destroy(s->ex->be, probe);
+    /* What the device found and a download left for the synchronize (event_failure). */
+    const tfd_backend_vtable *vt = s->ex->be->vt;
+    if (idle && outcome->status == TF_OK && vt->stream_failure) {
+        uint64_t batch = 0;
+        uint32_t index = 0;
+        const tf_status st = vt->stream_failure(s->ex->be, s->native, &batch, &index,
+                                                outcome->message, sizeof outcome->message);
+        if (st != TF_OK) {
+            outcome->status = st;
+            outcome->batch = batch;
+            outcome->index = index;
+        }
+    }
     return idle;
 }
 

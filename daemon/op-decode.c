@@ -97,9 +97,9 @@ tf_status tfd_op_decode(const Tenferro__Op *op, int test_fault_allowed, tfd_op *
         snprintf(msg, len, "unknown operation kind %u", op->kind);
         return TF_ERR_UNSUPPORTED;
     }
-    /* Batches take linear algebra through prepare_linalg; nothing else runs it. */
+    /* Linear algebra decodes through tfd_linalg_decode (batch.c, graph-plan.c), never here. */
     if (tf__is_linalg(kind)) {
-        snprintf(msg, len, "%s: linear algebra runs in sessions; a prepared graph does not hold it",
+        snprintf(msg, len, "%s: a linear-algebra kind is decoded through its Linalg descriptor",
                  tf__op_name(kind));
         return TF_ERR_UNSUPPORTED;
     }
@@ -190,4 +190,25 @@ tf_status tfd_linalg_decode(const Tenferro__Op *op, tf__linalg *l, char *msg, si
     l->keepdims = w->keepdims;
     l->offset = w->offset;
     return TF_OK;
+}
+
+int tfd_linalg_permutes(const tf__linalg *l, int rank) {
+    if (!l->has_perm) return 0;
+    for (int i = 0; i < rank; i++)
+        if (l->perm[i] != i) return 1;
+    return 0;
+}
+
+void tfd_linalg_permute_op(const tf__linalg *l, const tfd_tensor_view *in, tfd_op *d) {
+    memset(d, 0, sizeof *d);
+    d->kind = TF__OP_PERMUTE;
+    d->n_inputs = 1;
+    d->in[0] = *in;
+    d->n_params = in->rank;
+    d->out = *in;
+    d->out.data = NULL;
+    for (int i = 0; i < in->rank; i++) {
+        d->params[i] = l->perm[i];
+        d->out.shape[i] = in->shape[l->perm[i]];
+    }
 }

@@ -44,4 +44,18 @@ tf_status tfd_op_infer(const Tenferro__Op *op, tfd_op *d, tf__infer_memo *memo, 
  */
 tf_status tfd_linalg_decode(const Tenferro__Op *op, tf__linalg *l, char *msg, size_t len);
 
+/*
+ * 1 when the descriptor's permutation of a rank-`rank` input moves an axis,
+ * so the operation reads a copy in the split's order; an identity (or no
+ * permutation) needs none.
+ */
+int tfd_linalg_permutes(const tf__linalg *l, int rank);
+
+/*
+ * The PERMUTE that makes that copy of input `in` (its data pointer kept; the
+ * output's left NULL for the caller's memory, of in's bytes): the operation
+ * then reads d->out.
+ */
+void tfd_linalg_permute_op(const tf__linalg *l, const tfd_tensor_view *in, tfd_op *d);
+
 #endif

@@ -13,6 +13,14 @@
  * values live in the arena; an output listed twice, or one that is a graph
  * input, is a copy. Either way nothing is allocated per run and nothing is
  * validated again.
+ *
+ * Linear algebra. A plan with a linear-algebra node is never captured, on
+ * any backend (captures() says why): its nodes run one by one, each such
+ * node through the backend's linalg entry, its several outputs each a value
+ * like any node's, and the permuted copy a split asks for (graph-plan.h) a
+ * scratch value in the arena, written by the node's PERMUTE just before it.
+ * A failing node stops the run; the run item's skipped path then leaves
+ * every output of the run holding zeros, as for any failed operation.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,11 +139,14 @@ static int take_slot(region *free_list, int *n_free, size_t *end, size_t bytes, 
 /*
  * Lays the arena out. In graph mode every value gets a slot; in node mode
  * the first output naming a node's value is written directly, and the other
- * node values get slots (inputs are read in place). An intermediate's slot is
- * free again after the last node that reads it, for a later node's output (a
- * chain needs two slots, not one per node); inputs and outputs keep theirs
- * for the whole run. Nodes run in order on one stream, so a reused slot's
- * next writer always follows its last reader.
+ * node values get slots (inputs are read in place). A scratch value always
+ * has a slot. An intermediate's slot is free again after the last node that
+ * reads it, for a later node's output (a chain needs two slots, not one per
+ * node); inputs and outputs keep theirs for the whole run. A node's values
+ * all get their slots before any of them is freed (an output nobody reads,
+ * the scratch), so the values of one node never share memory. Nodes run in
+ * order on one stream, so a reused slot's next writer always follows its
+ * last reader.
  */
 static int lay_out(tfd_prepared_exec *x, int graph_mode) {
     const tfd_graph_plan *p = x->plan;
@@ -153,8 +164,10 @@ static int lay_out(tfd_prepared_exec *x, int graph_mode) {
         x->direct[v] = -1;
         last_use[v] = v < p->n_inputs ? p->n_nodes : -1;
     }
-    for (int n = 0; n < p->n_nodes; n++)
+    for (int n = 0; n < p->n_nodes; n++) {
         for (int i = 0; i < p->nodes[n].op.n_inputs; i++) last_use[p->nodes[n].in_value[i]] = n;
+        if (p->nodes[n].scratch_value >= 0) last_use[p->nodes[n].scratch_value] = n;
+    }
     for (int o = 0; o < p->n_outputs; o++) {
         const int v = p->outputs[o];
         last_use[v] = p->n_nodes;
@@ -163,17 +176,26 @@ static int lay_out(tfd_prepared_exec *x, int graph_mode) {
     for (int v = 0; v < p->n_inputs && graph_mode && rc == 0; v++)
         rc = place(&end, p->values[v].bytes, &x->offset[v]);
     for (int n = 0; n < p->n_nodes && rc == 0; n++) {
-        const int v = p->n_inputs + n;
-        if (graph_mode || x->direct[v] < 0) {
-            rc = take_slot(free_list, &n_free, &end, p->values[v].bytes, &x->offset[v]);
-            if (last_use[v] < 0 && rc == 0) /* never read: free at once after its writer */
+        const tfd_graph_node *node = &p->nodes[n];
+        int made[TFD_GRAPH_NODE_OUTPUTS + 1], n_made = 0;
+        for (int o = 0; o < node->n_out; o++) made[n_made++] = node->out_value[o];
+        if (node->scratch_value >= 0) made[n_made++] = node->scratch_value;
+        for (int j = 0; j < n_made && rc == 0; j++) {
+            const int v = made[j];
+            if (graph_mode || x->direct[v] < 0 || p->values[v].scratch)
+                rc = take_slot(free_list, &n_free, &end, p->values[v].bytes, &x->offset[v]);
+        }
+        /* Never read (free at once after its writer), or read by this node alone (the scratch). */
+        for (int j = 0; j < n_made && rc == 0; j++) {
+            const int v = made[j];
+            if ((last_use[v] < 0 || p->values[v].scratch) && x->offset[v] != NOT_IN_ARENA)
                 free_list[n_free++] = (region){x->offset[v], p->values[v].bytes};
         }
         /* Values whose last reader is this node are free for the nodes after it. */
-        for (int i = 0; i < p->nodes[n].op.n_inputs && rc == 0; i++) {
-            const int r = p->nodes[n].in_value[i];
+        for (int i = 0; i < node->op.n_inputs && rc == 0; i++) {
+            const int r = node->in_value[i];
             int seen = 0;
-            for (int j = 0; j < i; j++) seen |= p->nodes[n].in_value[j] == r;
+            for (int j = 0; j < i; j++) seen |= node->in_value[j] == r;
             if (!seen && last_use[r] == n && r >= p->n_inputs && x->offset[r] != NOT_IN_ARENA)
                 free_list[n_free++] = (region){x->offset[r], p->values[r].bytes};
         }
@@ -184,6 +206,18 @@ static int lay_out(tfd_prepared_exec *x, int graph_mode) {
     return rc;
 }
 
+/*
+ * Whether instances of plan are captured into device graphs: where the
+ * backend makes them, and only for plans without linear algebra. A solver's
+ * workspace query, its info words and the CPU-side truncation rule are not
+ * what a capture can record in general, and whether a capture of the
+ * routines that could be captured pays has not been measured; such a plan
+ * runs node by node on every backend (docs/prepared.md).
+ */
+static int captures(const tfd_backend *be, const tfd_graph_plan *plan) {
+    return be->vt->graph_capture != NULL && plan->n_linalg == 0;
+}
+
 uint64_t tfd_prepared_arena_bytes(const tfd_prepared_cache *pc, const tfd_graph_plan *plan) {
     tfd_prepared_exec x;
     memset(&x, 0, sizeof x);
@@ -192,7 +226,7 @@ uint64_t tfd_prepared_arena_bytes(const tfd_prepared_cache *pc, const tfd_graph_
     x.direct = calloc((size_t)plan->n_values, sizeof *x.direct);
     uint64_t bytes = 0;
     if (x.offset && x.direct) {
-        const int rc = lay_out(&x, pc->be->vt->graph_capture != NULL);
+        const int rc = lay_out(&x, captures(pc->be, plan));
         bytes = rc == 0 ? x.arena_bytes : 0;
     }
     free(x.offset);
@@ -207,12 +241,64 @@ static void *value_ptr(const tfd_prepared_exec *x, int v, void *const *in, void 
     return out[x->direct[v]];
 }
 
-/* Node n of the plan with its data pointers set from ptr[]. */
+/* Node n of the plan with its data pointers set from ptr[] (not a linear-algebra node). */
 static void bind_node(const tfd_graph_plan *p, int n, void *const *ptr, tfd_op *op) {
     const tfd_graph_node *node = &p->nodes[n];
     *op = node->op;
     for (int i = 0; i < op->n_inputs; i++) op->in[i].data = ptr[node->in_value[i]];
-    op->out.data = ptr[node->out_value];
+    op->out.data = ptr[node->out_value[0]];
+}
+
+/*
+ * Linear-algebra node n with its data pointers set from ptr[]: the operation
+ * reads the scratch value where the split permutes input 0, which *permute
+ * (then bound too) writes first; *has_permute says whether it must run.
+ */
+static void bind_linalg(const tfd_graph_plan *p, int n, void *const *ptr, tfd_linalg_op *op,
+                        tfd_op *permute, int *has_permute) {
+    const tfd_graph_node *node = &p->nodes[n];
+    *op = node->linalg->op;
+    for (int i = 0; i < op->n_inputs; i++) op->in[i].data = ptr[node->in_value[i]];
+    for (int o = 0; o < op->n_outputs; o++) op->out[o].data = ptr[node->out_value[o]];
+    *has_permute = node->scratch_value >= 0;
+    if (!*has_permute) return;
+    *permute = node->linalg->permute;
+    permute->in[0].data = ptr[node->in_value[0]];
+    permute->out.data = ptr[node->scratch_value];
+    op->in[0].data = permute->out.data;
+}
+
+/*
+ * Runs node n of a node-by-node run with this run's pointers. A failure
+ * names the node and its kind before the operation's own reason (which names
+ * the failing matrix of a batch), so the session's error says which step of
+ * the graph failed; a linear-algebra node carries the run's batch and index
+ * for a failure the device reports later.
+ */
+static tf_status run_node(tfd_backend *be, void *stream, const tfd_graph_plan *p, int n,
+                          void *const *ptr, uint64_t batch, uint32_t index, char *msg,
+                          size_t len) {
+    char why[512] = "";
+    tf_status st;
+    if (p->nodes[n].linalg) {
+        tfd_linalg_op lo;
+        tfd_op permute;
+        int has_permute = 0;
+        bind_linalg(p, n, ptr, &lo, &permute, &has_permute);
+        lo.batch = batch;
+        lo.index = index;
+        lo.node = n;
+        st = has_permute ? tfd_backend_run_op(be, stream, &permute, why, sizeof why) : TF_OK;
+        if (st == TF_OK) st = tfd_backend_run_linalg(be, stream, &lo, why, sizeof why);
+    } else {
+        tfd_op op;
+        bind_node(p, n, ptr, &op);
+        st = tfd_backend_run_op(be, stream, &op, why, sizeof why);
+    }
+    if (st != TF_OK)
+        snprintf(msg, len, "prepared graph node %d (%s): %s", n, tf__op_name(p->nodes[n].op.kind),
+                 why);
+    return st;
 }
 
 /* A contiguous copy of value v (its metadata) from src to dst, as an OP_COPY. */
@@ -238,7 +324,7 @@ static tf_status copy_value(tfd_backend *be, void *stream, const tfd_graph_plan 
 static int capture(tfd_prepared_exec *x, char *msg, size_t len) {
     const tfd_graph_plan *p = x->plan;
     for (int v = 0; v < p->n_values; v++) x->ptr[v] = (char *)x->arena + x->offset[v];
-    for (int n = 0; n < p->n_nodes; n++) bind_node(p, n, x->ptr, &x->bound[n]);
+    for (int n = 0; n < p->n_nodes; n++) bind_node(p, n, x->ptr, &x->bound[n]); /* no linalg here */
     tf_status st = x->be->vt->graph_capture(x->be, x->bound, p->n_nodes, &x->graph, &x->graph_bytes,
                                             msg, len);
     if (st == TF_OK) return 0;
@@ -279,7 +365,11 @@ static tf_status make_exec(tfd_backend *be, tfd_graph_plan *plan, tfd_prepared_e
         snprintf(msg, len, "out of host memory preparing a graph");
         st = TF_ERR_NO_MEMORY;
     }
-    const int try_graph = be->vt->graph_capture != NULL;
+    const int try_graph = captures(be, plan);
+    if (be->vt->graph_capture && !try_graph)
+        tfd_log(TFD_LOG_INFO, "prepared graph of %d nodes runs node by node: %d of them are "
+                              "linear algebra, which is not captured",
+                plan->n_nodes, plan->n_linalg);
     if (st == TF_OK && lay_out(x, try_graph) != 0) {
         snprintf(msg, len, "a prepared graph's values exceed the address space");
         st = TF_ERR_QUOTA;
@@ -360,16 +450,14 @@ static tf_status run_graph(tfd_backend *be, void *stream, tfd_prepared_exec *x, 
 }
 
 /* Node mode: every node with this run's pointers, then the outputs that are copies. */
-static tf_status run_nodes(tfd_backend *be, void *stream, tfd_prepared_exec *x, void *const *in,
-                           void *const *out, char *msg, size_t len) {
+static tf_status run_nodes(tfd_backend *be, void *stream, tfd_prepared_exec *x, uint64_t batch,
+                           uint32_t index, void *const *in, void *const *out, char *msg,
+                           size_t len) {
     const tfd_graph_plan *p = x->plan;
     for (int v = 0; v < p->n_values; v++) x->ptr[v] = value_ptr(x, v, in, out);
     tf_status st = TF_OK;
-    for (int n = 0; n < p->n_nodes && st == TF_OK; n++) {
-        tfd_op op;
-        bind_node(p, n, x->ptr, &op);
-        st = tfd_backend_run_op(be, stream, &op, msg, len);
-    }
+    for (int n = 0; n < p->n_nodes && st == TF_OK; n++)
+        st = run_node(be, stream, p, n, x->ptr, batch, index, msg, len);
     for (int o = 0; o < p->n_outputs && st == TF_OK; o++) {
         const int v = p->outputs[o];
         if (v >= p->n_inputs && x->direct[v] == o) continue; /* written in place */
@@ -378,8 +466,9 @@ static tf_status run_nodes(tfd_backend *be, void *stream, tfd_prepared_exec *x, 
     return st;
 }
 
-tf_status tfd_prepared_run(tfd_backend *be, void *stream, tfd_prepared_exec *x, void *const *in,
-                           void *const *out, char *msg, size_t msg_len) {
+tf_status tfd_prepared_run(tfd_backend *be, void *stream, tfd_prepared_exec *x, uint64_t batch,
+                           uint32_t index, void *const *in, void *const *out, char *msg,
+                           size_t msg_len) {
     return x->graph ? run_graph(be, stream, x, in, out, msg, msg_len)
-                    : run_nodes(be, stream, x, in, out, msg, msg_len);
+                    : run_nodes(be, stream, x, batch, index, in, out, msg, msg_len);
 }

@@ -106,10 +106,13 @@ int tfd_prepared_is_graph(const tfd_prepared_exec *x);
 /*
  * One run on `stream` (a worker, in the stream's order): the graph's inputs
  * read from in[i], its outputs written to out[o] (fresh tensors of the
- * outputs' sizes). Nothing is checked here: the batch checked the tensors
- * against the plan.
+ * outputs' sizes). `batch` and `index` name the run in its Submit (a
+ * linear-algebra node's failure the device reports later names it). A
+ * node's failure stops the run, its message naming the node. Nothing is
+ * checked here: the batch checked the tensors against the plan.
  */
-tf_status tfd_prepared_run(tfd_backend *be, void *stream, tfd_prepared_exec *x, void *const *in,
-                           void *const *out, char *msg, size_t msg_len);
+tf_status tfd_prepared_run(tfd_backend *be, void *stream, tfd_prepared_exec *x, uint64_t batch,
+                           uint32_t index, void *const *in, void *const *out, char *msg,
+                           size_t msg_len);
 
 #endif

@@ -13,6 +13,12 @@
 #   4. <build-dir>/tenferrod --device cuda:0 on a private socket, every
 #      <build-dir>/bench/gpu/* benchmark with that socket, then SIGTERM (exit 0 expected);
 #      bench-multi starts daemons of its own instead (two on cuda:0 on a one-GPU machine);
+#      linalg-routines (in-process cuSOLVER/cuBLAS only, no daemon: the routine probe, ROUTINE
+#      lines, under two minutes) runs right after bench-linalg; then bench/dmrg_sweep.py --gpu
+#      against the same daemon (L = 32, chi 512: tenferro on the daemon against CuPy, else
+#      PyTorch, in-process, and against the variant that decomposes on the host after a
+#      download; BENCH dmrg_sweep and dmrg_sweep_host_svd lines), with the tenferro Python
+#      package from <build-dir>/pytf (else copied from <build-dir>/pyenv);
 #   5. bench/gpu/linalg_torch.py: PyTorch's timings of bench-linalg's cases on the same device
 #      (BENCH <case>_torch torch=<ms> lines), when python3 has torch and the device is a GPU.
 # Each suite and benchmark runs under a timeout, and the timeouts shrink so that the whole
@@ -21,7 +27,7 @@
 #
 # Writes <out-dir>/gpu-check.log (everything), <out-dir>/summary.txt (device, driver, date,
 # per-suite check counts parsed from Check's "Checks: N, Failures: F, Errors: E" lines,
-# per-benchmark status, all BENCH lines, bench-linalg's ROUTINE lines), one log per suite and
+# per-benchmark status, all BENCH lines, the ROUTINE lines of bench-linalg and linalg-routines), one log per suite and
 # benchmark under <out-dir>/suites and <out-dir>/bench, the benchmark daemon's log, and the logs
 # that failed integration tests left in /tmp. The summary is written as the run goes, so a run cut short
 # still leaves what it did. Exits 1 when a suite or benchmark failed or was skipped, or the
@@ -30,7 +36,10 @@
 # Knobs (environment): SUITE_TIMEOUT (300 s), BENCH_TIMEOUT (180 s), GPU_CHECK_BUDGET (420 s),
 # BENCH_RESERVE (150 s kept for the benchmarks while the suites run), CK_TIMEOUT_MULTIPLIER
 # (2: Check's per-test timeouts, since a CUDA daemon takes longer to start than a CPU one),
-# GPU_CHECK_DEVICE (cuda:0; another device, or cpu to try the script on a machine without a GPU).
+# GPU_CHECK_DEVICE (cuda:0; another device, or cpu to try the script on a machine without a GPU),
+# ROUTINE_PROBE (1; 0 leaves linalg-routines out), DMRG_BENCH (1; 0 leaves the DMRG sweep out),
+# DMRG_TIMEOUT (150 s: the DMRG sweep's limit; its sweeps stop after two rounds once a third
+# would pass DMRG_TIMEOUT - 60 s).
 set -u
 
 build=${1:-build-gpu}
@@ -41,6 +50,9 @@ GPU_CHECK_BUDGET=${GPU_CHECK_BUDGET:-420}
 BENCH_RESERVE=${BENCH_RESERVE:-150}
 export CK_TIMEOUT_MULTIPLIER=${CK_TIMEOUT_MULTIPLIER:-2}
 DEVICE=${GPU_CHECK_DEVICE:-cuda:0}
+ROUTINE_PROBE=${ROUTINE_PROBE:-1}
+DMRG_BENCH=${DMRG_BENCH:-1}
+DMRG_TIMEOUT=${DMRG_TIMEOUT:-150}
 
 # Unit tests by name, for builds whose sources are not next to them.
 KNOWN_UNIT="test-cpu-kernels test-op-table test-config-table test-executor test-frame test-id-table test-reservation test-shape-rules test-cuda-backend test-contract-rules test-contract-plan test-cpu-contract test-cuda-contract test-cuda-graph test-cuda-linalg test-fft-rules test-fft-layout test-plan-cache"
@@ -172,6 +184,57 @@ run_torch_linalg() {
     note "$(printf '%-22s %-9s %5s %4s' linalg_torch "$result" "$rc" "$((SECONDS - started))s")"
 }
 
+# The tenferro Python package for the DMRG sweep: <build>/pytf (docs/dmrg.md), else a copy of
+# the one in <build>/pyenv's site-packages (its extension is abi3 and links only libc); prints
+# the folder to put on PYTHONPATH, nothing when there is none.
+tenferro_pythonpath() {
+    local d
+    if [ -d "$build/pytf/tenferro" ]; then
+        (cd "$build/pytf" && pwd)
+        return
+    fi
+    for d in "$build"/pyenv/lib/python3*/site-packages/tenferro; do
+        [ -d "$d" ] || continue
+        mkdir -p "$workdir/pytf" && cp -r "$d" "$workdir/pytf/" && echo "$workdir/pytf"
+        return
+    done
+}
+
+# The DMRG sweep at chi 512 (bench/dmrg_sweep.py --gpu) against the running daemon on socket $1:
+# tenferro through the daemon, CuPy (else PyTorch) in-process, and the host-SVD variant.
+run_dmrg() {
+    local sock=$1 script=bench/dmrg_sweep.py limit started rc result pp
+    [ "$DMRG_BENCH" = 0 ] && return
+    [ -f "$script" ] || return
+    case $DEVICE in cuda:*) ;; *) return ;; esac
+    pp=$(tenferro_pythonpath)
+    if [ -z "$pp" ] || ! PYTHONPATH="$pp" python3 -c 'import tenferro, numpy' >/dev/null 2>&1; then
+        echo "== bench dmrg_sweep: MISSING: no importable tenferro Python package (make" \
+             "STATIC_DEPS=1 BUILD=$build all python-package, then mkdir -p $build/pytf &&" \
+             "cp -r $build/pyenv/lib/python3.*/site-packages/tenferro $build/pytf/; docs/dmrg.md)"
+        note "$(printf '%-22s %-9s' dmrg_sweep MISSING)"
+        failures=$((failures + 1))
+        return
+    fi
+    limit=$(time_for "$DMRG_TIMEOUT" 10)
+    if [ "$limit" -lt 60 ]; then
+        echo "== bench dmrg_sweep: SKIPPED (time budget spent)"
+        note "$(printf '%-22s %-9s' dmrg_sweep SKIPPED)"
+        failures=$((failures + 1))
+        return
+    fi
+    echo "== bench dmrg_sweep (L=32 chi=512, timeout ${limit}s, PYTHONPATH=$pp)"
+    started=$SECONDS
+    PYTHONPATH="$pp" PYTHONUNBUFFERED=1 timeout -k 10 "$limit" python3 "$script" --gpu \
+        --sites 32 --chi 512 --sweeps 3 --budget $((limit - 60)) "$sock" 2>&1 |
+        tee "$out/bench/dmrg_sweep.log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" = 0 ]; then result=ok; elif [ "$rc" = 124 ] || [ "$rc" = 137 ]; then result=TIMEOUT; else result=FAIL; fi
+    [ "$rc" = 0 ] || failures=$((failures + 1))
+    echo "== bench dmrg_sweep: $result (exit $rc, $((SECONDS - started)) s)"
+    note "$(printf '%-22s %-9s %5s %4s' dmrg_sweep "$result" "$rc" "$((SECONDS - started))s")"
+}
+
 # Runs on exit (trap): a daemon still running is killed, the private socket folder removed.
 # shellcheck disable=SC2317
 cleanup() {
@@ -270,10 +333,22 @@ main() {
         stop_daemon
     else
         echo "# daemon: $("$build/tenferroctl" --socket "$sock" status | sed -n 's/^device:[[:space:]]*//p')"
-        local b limit started rc args multi_args=(--same-gpu --gpus 2)
+        local b limit started rc args multi_args=(--same-gpu --gpus 2) benches=() probed=0
         # bench-multi starts its own daemons, one per GPU; on one GPU, two on it.
         if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -ge 2 ]; then multi_args=(); fi
+        # In name order, but the routine probe (linalg-routines) right after bench-linalg.
+        local probe="$build/bench/gpu/linalg-routines"
+        [ "$ROUTINE_PROBE" = 0 ] && probed=1
         for b in "$build"/bench/gpu/*; do
+            [ "$b" = "$probe" ] && continue
+            benches+=("$b")
+            if [ "$(basename "$b")" = bench-linalg ] && [ "$probed" = 0 ] && [ -x "$probe" ]; then
+                benches+=("$probe")
+                probed=1
+            fi
+        done
+        if [ "$probed" = 0 ] && [ -x "$probe" ]; then benches+=("$probe"); fi
+        for b in "${benches[@]}"; do
             if [ ! -f "$b" ] || [ ! -x "$b" ]; then continue; fi
             name=$(basename "$b")
             limit=$(time_for "$BENCH_TIMEOUT" 15)
@@ -287,6 +362,8 @@ main() {
             if [ "$name" = bench-multi ]; then
                 args=(--daemon "$daemon_abs" --ctl "$build/tenferroctl" "${multi_args[@]}")
             fi
+            # The routine probe is cuSOLVER in-process alone: no socket.
+            [ "$name" = linalg-routines ] && args=()
             echo "== bench $name (timeout ${limit}s)"
             started=$SECONDS
             timeout -k 10 "$limit" "$b" "${args[@]}" 2>&1 | tee "$out/bench/$name.log"
@@ -303,6 +380,7 @@ main() {
                 break
             fi
         done
+        if kill -0 "$dpid" 2>/dev/null; then run_dmrg "$sock"; fi
         echo "== stopping tenferrod (SIGTERM)"
         stop_daemon
         if [ "$daemon_rc" = 0 ]; then
@@ -321,7 +399,8 @@ main() {
     note ""
     note "BENCH lines:"
     cat "$out"/bench/*.log 2>/dev/null | grep '^BENCH ' >>"$summary"
-    # bench-linalg's in-process cuSOLVER routines, one time each (the daemon's routine choice).
+    # The in-process cuSOLVER routines of bench-linalg (one time each) and of linalg-routines
+    # (the routine probe: kind, dtype, shape, routine, ms, err), for the daemon's routine table.
     if cat "$out"/bench/*.log 2>/dev/null | grep -q '^ROUTINE '; then
         note ""
         note "ROUTINE lines:"

@@ -49,9 +49,10 @@ typedef struct tfd_op {
  * docs/linalg.md). The input is in the canonical layout the descriptor's
  * filled-in sizes describe (desc.b matrices of desc.m x desc.n, contiguous,
  * row-major: the daemon permuted it first if the split asked for it); the
- * outputs are fresh, contiguous, in the wire order of the kind. `batch` and
- * `index` name the operation in its Submit, for a failure the device finds
- * after the call returned (event_failure).
+ * outputs are fresh, contiguous, in the wire order of the kind (in a
+ * prepared graph: arena slots or the run's output tensors, never aliasing
+ * the inputs). `batch` and `index` name the operation in its Submit, for a
+ * failure the device finds after the call returned (event_failure).
  */
 typedef struct tfd_linalg_op {
     tf__op_kind kind;
@@ -62,6 +63,12 @@ typedef struct tfd_linalg_op {
     tfd_tensor_view out[TF__LINALG_MAX_OUTPUTS];
     uint64_t batch;
     uint32_t index;
+    /*
+     * Inside a prepared graph's run (batch and index then name the run): the
+     * node, so that a failure reported after the call (event_failure) can
+     * name it as the call's own message does; -1 outside a graph.
+     */
+    int node;
 } tfd_linalg_op;
 
 /* What one daemon-wide cache holds and how it has been used (status, metrics). */
@@ -223,6 +230,16 @@ typedef struct tfd_backend_vtable {
      */
     tf_status (*event_failure)(tfd_backend *be, void *event, int consume, uint64_t *batch,
                                uint32_t *index, char *msg, size_t msg_len);
+
+    /*
+     * Optional, with event_failure: the same for a stream the device has
+     * finished (stream_done said so) and no worker holds, over everything
+     * enqueued on it, consumed. A synchronize of an idle stream completes
+     * without an event and asks this instead, so a failure a download
+     * reported and left is still the synchronize's.
+     */
+    tf_status (*stream_failure)(tfd_backend *be, void *stream, uint64_t *batch, uint32_t *index,
+                                char *msg, size_t msg_len);
 
     /*
      * Optional, for asynchronous backends: 1 when everything enqueued on the

@@ -573,8 +573,6 @@ def test_refusals_at_the_call(client, rng):
         la.svd_truncated(m, split=2)                # no column axis left
     with pytest.raises(tf.AxisError):
         la.svd_truncated(client.tensor(np.ones((2, 3, 4))), split=((0,), (0, 2)))
-    with pytest.raises(tf.UnsupportedError):
-        tf.prepare(lambda x: la.inv(x), m)          # a prepared graph records no linear algebra
 
 
 # ---------------------------------------------------------------- truncation
@@ -1034,3 +1032,39 @@ def test_linalg_on_a_fresh_daemon():
             _ = c.tensor(np.ones(3)) + c.tensor(np.ones(3))
             assert rep.rank == 2 and math.isclose(rep.discarded_weight, 1.0, rel_tol=1e-12)
             assert np.allclose(s.numpy(), [3, 2])
+
+
+# ---------------------------------------------------------------- prepared graphs
+
+
+def test_prepared_graph(client, rng):
+    """Linear algebra recorded by tenferro.prepare: svd truncated by a cutoff (the bound's width,
+    zeros past the rank each run finds), U S Vh contracted back, inv and solve; against numpy."""
+    a = random_array(rng, (5, 4), np.float64)
+    sq = random_array(rng, (3, 3), np.float64) + 3 * np.eye(3)
+    b = random_array(rng, (3, 2), np.float64)
+
+    def fn(x, s, y):
+        u, sv, vh, rep = la.svd_truncated(x, rel_cutoff=0.3)
+        back = tf.einsum("ir,r,rk->ik", u, sv, vh)
+        return back, sv, rep.tensor, la.inv(s), la.solve(s, y)
+
+    p = tf.prepare(fn, a, sq, b, client=client)
+    for _ in range(3):
+        a = random_array(rng, (5, 4), np.float64)
+        ta, ts, tb = client.tensor(a), client.tensor(sq), client.tensor(b)
+        with client.scoped():
+            back, sv, rep, inv, x = p(ta, ts, tb)
+        sn = np.linalg.svd(a, compute_uv=False)
+        r = int(np.sum(sn > 0.3 * sn[0]))
+        report = la.TruncationReport(rep)
+        assert report.rank == r
+        got = sv.numpy()
+        assert got.shape == (4,)
+        close(got[:r], sn[:r], np.float64, 10, "S")
+        assert not np.any(got[r:])
+        un, _, vhn = np.linalg.svd(a, full_matrices=False)
+        close(back.numpy(), (un[:, :r] * sn[:r]) @ vhn[:r], np.float64, 10, "U S Vh")
+        close(inv.numpy(), np.linalg.inv(sq), np.float64, 10, "inv")
+        close(x.numpy(), np.linalg.solve(sq, b), np.float64, 10, "solve")
+    p.free()

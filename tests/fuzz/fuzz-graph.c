@@ -7,8 +7,9 @@
  * and UBSan watch); a refusal must be typed, with a message, and name a node
  * inside the graph or none; a success must be a plan the executor can trust:
  * every node reads only graph inputs and earlier nodes' outputs, writes its
- * own value, every value's size is its metadata's, every output names a
- * value, and the canonical form of a plan built twice is the same. A
+ * own values (several for linear algebra, and a scratch value no other node
+ * or output reaches), every value's size is its metadata's, every output
+ * names a value, and the canonical form of a plan built twice is the same. A
  * violation aborts.
  */
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/linalg.h"
 #include "daemon/graph-plan.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -33,23 +35,36 @@ static void fail(const char *what) {
 /* Checks a plan the checks accepted. */
 static void check_plan(const tfd_graph_plan *g, const Tenferro__Prepare *p) {
     if (g->n_inputs != (int)p->n_inputs || g->n_nodes != (int)p->n_nodes ||
-        g->n_outputs != (int)p->n_outputs || g->n_values != g->n_inputs + g->n_nodes)
+        g->n_outputs != (int)p->n_outputs || g->n_values < g->n_inputs + g->n_nodes)
         fail("counts differ from the message");
     if (g->n_nodes < 1 || g->n_nodes > FUZZ_MAX_NODES) fail("node count outside the limit");
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].bytes != tf__meta_bytes(&g->values[v].meta)) fail("value size");
+    int next = g->n_inputs; /* values are numbered in node order: outputs, then scratch */
     for (int n = 0; n < g->n_nodes; n++) {
         const tfd_graph_node *node = &g->nodes[n];
-        if (node->out_value != g->n_inputs + n) fail("a node writes another's value");
+        if (node->n_out < 1 || node->n_out > TFD_GRAPH_NODE_OUTPUTS) fail("node output count");
+        if ((node->linalg != NULL) != tf__is_linalg(node->op.kind) ||
+            (!node->linalg && (node->n_out != 1 || node->scratch_value >= 0)))
+            fail("a node's outputs do not fit its kind");
+        for (int o = 0; o < node->n_out; o++)
+            if (node->out_value[o] != next++ || g->values[node->out_value[o]].node != n)
+                fail("a node writes another's value");
+        if (node->scratch_value >= 0 &&
+            (node->scratch_value != next++ || !g->values[node->scratch_value].scratch))
+            fail("a scratch value out of place");
         if (node->op.n_inputs < 1 || node->op.n_inputs > 2) fail("node arity");
         for (int i = 0; i < node->op.n_inputs; i++)
-            if (node->in_value[i] < 0 || node->in_value[i] >= node->out_value)
+            if (node->in_value[i] < 0 || node->in_value[i] >= node->out_value[0] ||
+                g->values[node->in_value[i]].scratch)
                 fail("a node reads a value not made before it");
         if (node->op.kind == TF__OP_FREE || node->op.kind == TF__OP_RUN_PREPARED)
             fail("free or run_prepared accepted as a node");
     }
+    if (next != g->n_values) fail("values no node made");
     for (int o = 0; o < g->n_outputs; o++)
-        if (g->outputs[o] < 0 || g->outputs[o] >= g->n_values) fail("an output names no value");
+        if (g->outputs[o] < 0 || g->outputs[o] >= g->n_values || g->values[g->outputs[o]].scratch)
+            fail("an output names no value");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -15,11 +15,16 @@
  * and at INT64_MAX / INT64_MIN; solve with a B that does not fit; OP_SLICE
  * with the wrong number of parameters, a zero step, indices outside the
  * axis and values whose last index overflows; unknown kinds from 38 on;
- * linear algebra inside a prepared graph. Each is refused with its typed
- * status and a readable message, at its index of the Submit (what came
- * before it stays, nothing from it on is created: the client's live
- * tensors and the daemon's created count are unchanged), and the
- * connection serves the next request. Huge but meaningful bounds (max_rank
+ * Each is refused with its typed status and a readable message, at its
+ * index of the Submit (what came before it stays, nothing from it on is
+ * created: the client's live tensors and the daemon's created count are
+ * unchanged), and the connection serves the next request. Each is also sent
+ * as node 1 of a prepared graph over inputs of the same ids, dtypes and
+ * shapes, and refused there with the same status and failed index 1, and
+ * each accepted operation is accepted as a node; graphs add their own
+ * hostile cases (an output reusing an earlier node's id, a node reading its
+ * own output, a graph output nobody made) and good graphs of linear
+ * algebra are run (several outputs, a permuting split, a cutoff). Huge but meaningful bounds (max_rank
  * 2^62, min_rank 2^62 without max_rank) are accepted and give results of
  * the matrix's own width.
  *
@@ -202,12 +207,189 @@ static void expect_serving(const char *what) {
     free_ids(w.outputs, 1);
 }
 
+/* ---- the same frames as nodes of a prepared graph ---- */
+
+/*
+ * The graph inputs of every raw graph: ids 1 .. 10 with the dtypes and
+ * shapes of the tensors start() uploads, so that an operation naming those
+ * tensors is, unchanged, a node over the graph's inputs.
+ */
+static const struct {
+    tf_dtype dt;
+    int rank;
+    int64_t shape[4];
+} g_inputs[10] = {
+    {TF_F64, 3, {2, 4, 3}}, {TF_C128, 2, {3, 3}}, {TF_F64, 1, {3}},       {TF_F64, 2, {3, 3}},
+    {TF_F64, 4, {2, 3, 4, 5}}, {TF_F64, 2, {4, 2}}, {TF_F32, 2, {3, 3}}, {TF_F64, 2, {3, 3}},
+    {TF_F64, 3, {2, 3, 3}}, {TF_F64, 2, {4, 5}},
+};
+
+static uint64_t g_next_prepared = 500;
+
+/* 1 when tensor id is live on the raw connection. */
+static int live_tensor(uint64_t id) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__TensorInfo ti = TENFERRO__TENSOR_INFO__INIT;
+    ti.tensor = id;
+    f.body_case = TENFERRO__FRAME__BODY_TENSOR_INFO;
+    f.tensor_info = &ti;
+    Tenferro__Frame *r = call(&f);
+    const int live = r->body_case == TENFERRO__FRAME__BODY_TENSOR_INFO_REPLY &&
+                     r->tensor_info_reply->result->status == TF_OK;
+    tf__frame_free(r);
+    return live;
+}
+
+/*
+ * Whether w names, as an output, a live tensor other than the inputs 1 .. 10
+ * (a batch refuses that id as in use, a graph knows nothing of it), or reads
+ * one (a batch reads it, a graph finds no such value): then the graph form
+ * of w is not the batch's.
+ */
+static int names_live_tensors(const wop *w) {
+    for (size_t i = 0; i < w->op.n_inputs && i < 2; i++)
+        if (w->op.inputs[i] > 10 && live_tensor(w->op.inputs[i])) return 1;
+    for (size_t o = 0; o < w->op.n_outputs && o < TF__LINALG_MAX_OUTPUTS; o++)
+        if (w->op.outputs[o] > 10 && live_tensor(w->op.outputs[o])) return 1;
+    return w->op.output > 10 && live_tensor(w->op.output);
+}
+
+/*
+ * Sends a Prepare over the inputs 1 .. 10 whose node 0 copies input 4 and
+ * whose node 1 (or node 0 when alone) is w's operation; the graph's outputs
+ * are outputs[0 .. n_outputs) (none: node 0's). *id gets the Prepare's id;
+ * returns its Result frame.
+ */
+static Tenferro__Frame *prepare_graph(wop *w, int alone, const uint64_t *outputs, int n_outputs,
+                                      uint64_t *id) {
+    Tenferro__GraphInput in[10], *in_ptrs[10];
+    int64_t shapes[10][4];
+    for (int i = 0; i < 10; i++) {
+        tenferro__graph_input__init(&in[i]);
+        in[i].id = (uint64_t)i + 1;
+        in[i].dtype = g_inputs[i].dt;
+        memcpy(shapes[i], g_inputs[i].shape, sizeof shapes[i]);
+        in[i].shape = shapes[i];
+        in[i].n_shape = (size_t)g_inputs[i].rank;
+        in_ptrs[i] = &in[i];
+    }
+    wop copy;
+    wop_plain(&copy, TF__OP_COPY, 4, 0, NULL);
+    Tenferro__Op *nodes[2] = {&copy.op, &w->op};
+    const uint64_t node0 = copy.op.output;
+    Tenferro__Prepare p = TENFERRO__PREPARE__INIT;
+    p.id = *id = ++g_next_prepared;
+    p.inputs = in_ptrs;
+    p.n_inputs = 10;
+    p.nodes = alone ? &nodes[1] : nodes;
+    p.n_nodes = alone ? 1 : 2;
+    p.outputs = n_outputs ? (uint64_t *)outputs : (uint64_t *)&node0;
+    p.n_outputs = n_outputs ? (size_t)n_outputs : 1;
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    f.body_case = TENFERRO__FRAME__BODY_PREPARE;
+    f.prepare = &p;
+    Tenferro__Frame *r = call(&f);
+    ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_RESULT);
+    return r;
+}
+
+/* Tells the daemon to forget prepared graph id (no answer). */
+static void prepared_free(uint64_t id) {
+    Tenferro__Frame f = TENFERRO__FRAME__INIT;
+    Tenferro__PreparedFree pf = TENFERRO__PREPARED_FREE__INIT;
+    pf.id = id;
+    f.body_case = TENFERRO__FRAME__BODY_PREPARED_FREE;
+    f.prepared_free = &pf;
+    f.seq = ++g_seq;
+    ck_assert_int_eq(th_raw_send(g_fd, &f), 0);
+}
+
+/* The daemon's count of refused prepares. */
+static uint64_t graphs_refused(void) {
+    Tenferro__Frame *s = th_status_report(&D);
+    ck_assert_msg(s != NULL, "no status report");
+    const uint64_t n = th_report_counter(s->status_reply, "graphs_refused");
+    tf__frame_free(s);
+    return n;
+}
+
+/*
+ * w as node 1 of a prepared graph is refused as the batch refuses it: the
+ * same status (an unknown input is a dangling reference there, so
+ * TF_ERR_INVALID_ARGUMENT), failed index 1, a message naming node 1, the
+ * refusal counted, nothing kept (the connection serves the next request).
+ */
+static void expect_graph_refused(wop *w, tf_status want, const char *what) {
+    if (names_live_tensors(w)) return;
+    const tf_status graph_want = want == TF_ERR_UNKNOWN_HANDLE ? TF_ERR_INVALID_ARGUMENT : want;
+    const uint64_t refused = graphs_refused();
+    uint64_t id;
+    Tenferro__Frame *r = prepare_graph(w, 0, NULL, 0, &id);
+    char why[1024];
+    ck_assert_msg(th_result_problem(r->result, graph_want, "node 1", why, sizeof why) == 0,
+                  "%s, as a graph node: %s", what, why);
+    ck_assert_msg(r->result->has_failed_index && r->result->failed_index == 1,
+                  "%s, as a graph node: the refusal does not name node 1 (has %d, index %u)", what,
+                  (int)r->result->has_failed_index, r->result->failed_index);
+    tf__frame_free(r);
+    ck_assert_uint_eq(graphs_refused(), refused + 1);
+}
+
+/*
+ * Runs prepared graph id on the tensors 1 .. 10 into n_outputs fresh
+ * tensors in one final scoped Submit, which must succeed; output o must have
+ * rank ranks[o] and the next ranks[o] entries of shapes. The outputs are
+ * freed again.
+ */
+static void expect_run(uint64_t id, int n_outputs, const int *ranks, const int64_t *shapes,
+                       const char *what) {
+    uint64_t in[10], out[8];
+    for (int i = 0; i < 10; i++) in[i] = (uint64_t)i + 1;
+    for (int o = 0; o < n_outputs; o++) out[o] = g_next_out++;
+    Tenferro__Op op = TENFERRO__OP__INIT;
+    op.kind = TF__OP_RUN_PREPARED;
+    op.prepared = id;
+    op.inputs = in;
+    op.n_inputs = 10;
+    op.outputs = out;
+    op.n_outputs = (size_t)n_outputs;
+    Tenferro__Op *ops[1] = {&op};
+    Tenferro__Frame *r = submit(ops, 1);
+    char why[1024];
+    ck_assert_msg(th_result_problem(r->result, TF_OK, NULL, why, sizeof why) == 0, "%s: run: %s",
+                  what, why);
+    tf__frame_free(r);
+    for (int o = 0, at = 0; o < n_outputs; at += ranks[o], o++) {
+        int64_t shape[TF_MAX_RANK];
+        ck_assert_msg(tensor_shape(out[o], shape) == ranks[o], "%s: output %d's rank", what, o);
+        for (int a = 0; a < ranks[o]; a++)
+            ck_assert_msg(shape[a] == shapes[at + a], "%s: output %d axis %d is %lld, not %lld",
+                          what, o, a, (long long)shape[a], (long long)shapes[at + a]);
+    }
+    free_ids(out, (size_t)n_outputs);
+}
+
+/* w as node 1 of a prepared graph is accepted as the batch accepts it; the graph is freed again. */
+static void expect_graph_accepted(wop *w, const char *what) {
+    for (size_t i = 0; i < w->op.n_inputs && i < 2; i++)
+        if (w->op.inputs[i] > 10) return; /* reads a result of the batch: no graph input */
+    uint64_t id;
+    Tenferro__Frame *r = prepare_graph(w, 0, NULL, 0, &id);
+    char why[1024];
+    ck_assert_msg(th_result_problem(r->result, TF_OK, NULL, why, sizeof why) == 0,
+                  "%s, as a graph node: %s", what, why);
+    tf__frame_free(r);
+    prepared_free(id);
+}
+
 /*
  * Sends w alone: it must be refused with `want` (a message holding needle,
  * when given) at index 0, accepting and creating nothing, and the
- * connection must serve the next request.
+ * connection must serve the next request. The same operation as a node of a
+ * prepared graph is refused first, typed alike (expect_graph_refused).
  */
 static void expect_refused(wop *w, tf_status want, const char *needle, const char *what) {
+    expect_graph_refused(w, want, what);
     const counts before = snapshot();
     Tenferro__Op *ops[1] = {&w->op};
     Tenferro__Frame *r = submit(ops, 1);
@@ -230,8 +412,9 @@ static void expect_refused(wop *w, tf_status want, const char *needle, const cha
     expect_serving(what);
 }
 
-/* Sends w alone: it must be accepted; its outputs are freed again. */
+/* Sends w alone: it must be accepted (as a graph node too); the caller frees its outputs. */
 static void expect_accepted(wop *w, const char *what) {
+    expect_graph_accepted(w, what);
     Tenferro__Op *ops[1] = {&w->op};
     Tenferro__Frame *r = submit(ops, 1);
     char why[1024];
@@ -694,34 +877,15 @@ START_TEST(test_kind_options) {
     expect_accepted(&w, "a good solve");
     free_ids(w.outputs, 1);
 
-    /* Linear algebra in a prepared graph is refused. */
-    Tenferro__Frame f = TENFERRO__FRAME__INIT;
-    Tenferro__Prepare p = TENFERRO__PREPARE__INIT;
-    Tenferro__GraphInput gi = TENFERRO__GRAPH_INPUT__INIT;
-    int64_t gshape[2] = {3, 3};
-    gi.id = 1;
-    gi.dtype = TF_F64;
-    gi.shape = gshape;
-    gi.n_shape = 2;
-    Tenferro__GraphInput *gis[1] = {&gi};
-    wop_linalg(&w, TF__OP_INV, 1, 1, 0, 1);
+    /* Linear algebra in a prepared graph: inv alone, accepted and run. */
+    wop_linalg(&w, TF__OP_INV, 1, 4, 0, 1);
     matrix_form(&w, 2);
-    w.op.output = 2;
-    Tenferro__Op *nodes[1] = {&w.op};
-    uint64_t gout[1] = {2};
-    p.id = 77;
-    p.inputs = gis;
-    p.n_inputs = 1;
-    p.nodes = nodes;
-    p.n_nodes = 1;
-    p.outputs = gout;
-    p.n_outputs = 1;
-    f.body_case = TENFERRO__FRAME__BODY_PREPARE;
-    f.prepare = &p;
-    Tenferro__Frame *r = call(&f);
-    ck_assert_int_eq(r->body_case, TENFERRO__FRAME__BODY_RESULT);
-    CK_RESULT(r->result, TF_ERR_UNSUPPORTED, NULL);
+    uint64_t pid;
+    Tenferro__Frame *r = prepare_graph(&w, 1, w.outputs, 1, &pid);
+    CK_RESULT(r->result, TF_OK, NULL);
     tf__frame_free(r);
+    expect_run(pid, 1, (const int[]){2}, (const int64_t[]){3, 3}, "a prepared graph holding inv");
+    prepared_free(pid);
     expect_serving("a prepared graph holding inv");
     stop();
 }
@@ -800,6 +964,109 @@ START_TEST(test_slice_and_unknown_kinds) {
 }
 END_TEST
 
+/*
+ * What only a graph can get wrong: a linear-algebra node's outputs against
+ * the ids of earlier nodes and of its own graph, a node reading its own
+ * output, graph outputs naming ids no node made, and the runs of good
+ * graphs whose nodes have several outputs, a permuting split (the scratch
+ * value) and a value-dependent truncation.
+ */
+START_TEST(test_prepared_graphs) {
+    start();
+    wop w, copy;
+    uint64_t pid;
+    /* The failing node is node 1 in each: node 0 (a copy of input 4) is good. */
+    svd_base(&w);
+    w.outputs[1] = g_next_out; /* the id prepare_graph gives node 0's output next */
+    Tenferro__Frame *r = prepare_graph(&w, 0, NULL, 0, &pid);
+    CK_RESULT(r->result, TF_ERR_INVALID_ARGUMENT, "node 1");
+    ck_assert(r->result->has_failed_index && r->result->failed_index == 1);
+    tf__frame_free(r);
+    svd_base(&w);
+    w.inputs[0] = w.outputs[1]; /* reads its own S: a cycle */
+    r = prepare_graph(&w, 0, NULL, 0, &pid);
+    CK_RESULT(r->result, TF_ERR_INVALID_ARGUMENT, "dangling");
+    ck_assert(r->result->has_failed_index && r->result->failed_index == 1);
+    tf__frame_free(r);
+    /* A graph output no node made: the whole graph's fault, no node named. */
+    svd_base(&w);
+    const uint64_t nobody = 99999;
+    r = prepare_graph(&w, 0, &nobody, 1, &pid);
+    CK_RESULT(r->result, TF_ERR_INVALID_ARGUMENT, "99999");
+    ck_assert(!r->result->has_failed_index || (int32_t)r->result->failed_index < 0);
+    tf__frame_free(r);
+    expect_serving("hostile graphs");
+
+    /* Good graphs, run: every output of a truncated SVD, the report included. */
+    svdt_base(&w);
+    r = prepare_graph(&w, 1, w.outputs, 4, &pid);
+    CK_RESULT(r->result, TF_OK, NULL);
+    tf__frame_free(r);
+    expect_run(pid, 4, (const int[]){3, 2, 3, 2},
+               (const int64_t[]){2, 4, 2, 2, 2, 2, 2, 3, 2, 3}, "svd_truncated by max_rank");
+    prepared_free(pid);
+    /* A permuting split of tensor 5 [2, 3, 4, 5]: rows (4, 2), columns (5, 3), through scratch. */
+    static const int32_t perm[4] = {2, 0, 3, 1};
+    wop_linalg(&w, TF__OP_SVD, 1, 5, 0, 4);
+    set_perm(&w, 4, perm);
+    w.l.n_batch = 0;
+    w.l.n_rows = 2;
+    w.l.compute_uv = 1;
+    set_truncate(&w);
+    w.t.rel_cutoff = 0.5;
+    w.t.keep_degenerate = 1;
+    r = prepare_graph(&w, 0, w.outputs, 4, &pid);
+    CK_RESULT(r->result, TF_OK, NULL);
+    tf__frame_free(r);
+    expect_run(pid, 4, (const int[]){3, 1, 3, 1}, (const int64_t[]){4, 2, 8, 8, 8, 5, 3, 3},
+               "svd_truncated of a permuted tensor by a cutoff");
+    expect_run(pid, 4, (const int[]){3, 1, 3, 1}, (const int64_t[]){4, 2, 8, 8, 8, 5, 3, 3},
+               "the same graph again");
+    prepared_free(pid);
+    /* qr reading node 0's output, then a solve reading qr's R and tensor 3: three nodes chained. */
+    wop qr, solve;
+    wop_plain(&copy, TF__OP_COPY, 4, 0, NULL);
+    wop_linalg(&qr, TF__OP_QR, 1, copy.op.output, 0, 2);
+    matrix_form(&qr, 2);
+    qr.l.compute_uv = 1;
+    wop_linalg(&solve, TF__OP_SOLVE, 2, 4, 3, 1);
+    matrix_form(&solve, 2);
+    {
+        Tenferro__GraphInput in[10], *in_ptrs[10];
+        int64_t shapes[10][4];
+        for (int i = 0; i < 10; i++) {
+            tenferro__graph_input__init(&in[i]);
+            in[i].id = (uint64_t)i + 1;
+            in[i].dtype = g_inputs[i].dt;
+            memcpy(shapes[i], g_inputs[i].shape, sizeof shapes[i]);
+            in[i].shape = shapes[i];
+            in[i].n_shape = (size_t)g_inputs[i].rank;
+            in_ptrs[i] = &in[i];
+        }
+        Tenferro__Op *nodes[3] = {&copy.op, &qr.op, &solve.op};
+        const uint64_t outs[3] = {qr.outputs[0], qr.outputs[1], solve.outputs[0]};
+        Tenferro__Prepare p = TENFERRO__PREPARE__INIT;
+        p.id = pid = ++g_next_prepared;
+        p.inputs = in_ptrs;
+        p.n_inputs = 10;
+        p.nodes = nodes;
+        p.n_nodes = 3;
+        p.outputs = (uint64_t *)outs;
+        p.n_outputs = 3;
+        Tenferro__Frame f = TENFERRO__FRAME__INIT;
+        f.body_case = TENFERRO__FRAME__BODY_PREPARE;
+        f.prepare = &p;
+        r = call(&f);
+        CK_RESULT(r->result, TF_OK, NULL);
+        tf__frame_free(r);
+    }
+    expect_run(pid, 3, (const int[]){2, 2, 1}, (const int64_t[]){3, 3, 3, 3, 3}, "copy, qr, solve");
+    prepared_free(pid);
+    expect_serving("good graphs");
+    stop();
+}
+END_TEST
+
 static Suite *linalg_raw_suite(void) {
     Suite *s = suite_create("linalg-raw");
     TCase *tc = tcase_create("linalg-raw");
@@ -809,6 +1076,7 @@ static Suite *linalg_raw_suite(void) {
     tcase_add_test(tc, test_truncation);
     tcase_add_test(tc, test_kind_options);
     tcase_add_test(tc, test_slice_and_unknown_kinds);
+    tcase_add_test(tc, test_prepared_graphs);
     suite_add_tcase(s, tc);
     return s;
 }

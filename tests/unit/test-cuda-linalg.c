@@ -20,7 +20,13 @@
  * Failures (nan input, a singular solve, a matrix that is not positive
  * definite) must leave zeros in every output, come back through event_failure
  * with the operation's batch and index, and be consumed once; a batch of 64
- * small SVDs must take one cuSOLVER call and no blocking read.
+ * small SVDs must take one cuSOLVER call and no blocking read. The batched
+ * factorizations (QR, the LU kinds, Cholesky: one cuBLAS or cuSOLVER call
+ * for the batch) run for b = 1, 3, 100 and n = 1, 2, 7, 32, 33 under the
+ * table and forced each way, their call counts showing which route ran, with
+ * a rank-deficient member in the middle of a QR batch, and singular,
+ * non-positive-definite and nan members in the middle of a batch reported by
+ * their index.
  *
  * When it runs: only when TENFERRO_TEST_DEVICE starts with "cuda" ("cuda:N"
  * picks the ordinal) and /dev/nvidiactl exists; otherwise it prints a skip
@@ -140,6 +146,7 @@ static void setup(void) {
 
 static void teardown(void) {
     tfd_cuda_linalg_force(TFD_CUDA_SOLVER_AUTO, TFD_CUDA_SOLVER_AUTO);
+    tfd_cuda_linalg_force_factor(TFD_CUDA_SOLVER_AUTO, TFD_CUDA_SOLVER_AUTO, TFD_CUDA_SOLVER_AUTO);
     release_all();
     close_side(ON_GPU);
     close_side(ON_CPU);
@@ -1213,6 +1220,452 @@ START_TEST(test_batched_launch) {
 }
 END_TEST
 
+/* ---- batched factorizations: QR, LU (solve, inv, det, slogdet) and Cholesky in one call ---- */
+
+/*
+ * The route a case runs: the table (AUTO), or every factorization forced per
+ * matrix (the 64-bit cuSOLVER API) or batched (cublas<t>geqrfBatched,
+ * cublas<t>getrfBatched + getrsBatched (inv: on the identity), cusolverDn<t>potrfBatched).
+ * Which one ran is checked by the cuSOLVER/cuBLAS calls the stream counted:
+ * one per batch (two for solve and inv) batched, one per matrix (two per
+ * matrix for solve, inv and QR with Q) otherwise.
+ */
+enum { BF_AUTO, BF_PER, BF_BATCHED };
+
+static const int64_t bf_batches[] = {1, 3, 100};
+static const int64_t bf_sizes[] = {1, 2, 7, 32, 33};
+
+static void bf_force(int route) {
+    if (route == BF_PER)
+        tfd_cuda_linalg_force_factor(TFD_CUDA_QR_XGEQRF, TFD_CUDA_LU_XGETRF, TFD_CUDA_CHOL_XPOTRF);
+    else if (route == BF_BATCHED)
+        tfd_cuda_linalg_force_factor(TFD_CUDA_QR_GEQRF_BATCHED, TFD_CUDA_LU_GETRF_BATCHED,
+                                     TFD_CUDA_CHOL_POTRF_BATCHED);
+    else
+        tfd_cuda_linalg_force_factor(TFD_CUDA_SOLVER_AUTO, TFD_CUDA_SOLVER_AUTO,
+                                     TFD_CUDA_SOLVER_AUTO);
+}
+
+/* Whether the route runs kind batched for this shape (batched QR only for m >= n). */
+static int bf_batched(tf__op_kind kind, tf_dtype dt, int route, int64_t b, int64_t m, int64_t n) {
+    if (route == BF_PER) return 0;
+    if (route == BF_BATCHED) return kind != TF__OP_QR || m >= n;
+    const tfd_cuda_solver r = tfd_cuda_linalg_choose(kind, dt, b, m, n);
+    return r == TFD_CUDA_QR_GEQRF_BATCHED || r == TFD_CUDA_LU_GETRF_BATCHED ||
+           r == TFD_CUDA_CHOL_POTRF_BATCHED;
+}
+
+/* The solver calls kind takes for b matrices, batched or not (uv: QR forms Q). */
+static uint64_t bf_calls(tf__op_kind kind, int batched, int64_t b, int uv) {
+    const uint64_t per = kind == TF__OP_SOLVE || kind == TF__OP_INV || (kind == TF__OP_QR && uv)
+                             ? 2
+                             : 1;
+    return batched ? (kind == TF__OP_SOLVE || kind == TF__OP_INV ? 2 : 1) : per * (uint64_t)b;
+}
+
+/*
+ * pair_run, with the GPU side's solver calls counted: they must be `calls`,
+ * with no blocking read of a status word.
+ */
+static void bf_run(pair *p, const char *what, uint64_t calls) {
+    tfd_cuda_stream *gs = streams[ON_GPU];
+    uint64_t c0, k0, c1, k1;
+    tfd_cuda_linalg_counters(gs, &c0, &k0);
+    tf_status st = pair_run_side(p, ON_GPU);
+    tfd_cuda_linalg_counters(gs, &c1, &k1);
+    ck_assert_msg(st == TF_OK, "%s on cuda (%s): %s: %s (seed %llu)", what,
+                  tf_dtype_name(p->op[ON_GPU].in[0].dtype), tf_status_name(st), msg,
+                  (unsigned long long)g_seed);
+    ck_assert_msg(c1 - c0 == calls && k1 == k0,
+                  "%s (%s): %llu solver calls and %llu blocking reads, want %llu and 0", what,
+                  tf_dtype_name(p->op[ON_GPU].in[0].dtype), (unsigned long long)(c1 - c0),
+                  (unsigned long long)(k1 - k0), (unsigned long long)calls);
+    st = pair_run_side(p, ON_CPU);
+    ck_assert_msg(st == TF_OK, "%s on cpu (%s): %s: %s (seed %llu)", what,
+                  tf_dtype_name(p->op[ON_CPU].in[0].dtype), tf_status_name(st), msg,
+                  (unsigned long long)g_seed);
+    for (int side = 0; side < 2; side++)
+        for (int i = 0; i < p->op[side].n_outputs; i++)
+            p->out[side][i] = fetch(side, &p->op[side].out[i]);
+    uint64_t batch;
+    uint32_t index;
+    st = gpu_failure(1, &batch, &index);
+    ck_assert_msg(st == TF_OK, "%s (%s): the device reported %s: %s (seed %llu)", what,
+                  tf_dtype_name(p->op[ON_GPU].in[0].dtype), tf_status_name(st), msg,
+                  (unsigned long long)g_seed);
+}
+
+/* The member of a batch of b that a case makes special: one in the middle (none for b = 1). */
+static int64_t bf_middle(int64_t b) { return b == 1 ? -1 : b == 3 ? 1 : 57; }
+
+/*
+ * b random m x n matrices made well conditioned: the diagonal entries
+ * (random magnitude and sign or phase) times 4n, larger than the rest of
+ * their row together, so that the factors of the two backends are close
+ * to within a small multiple of the rounding.
+ */
+static lcx *bf_dominant(tf_dtype dt, int64_t b, int64_t m, int64_t n) {
+    lcx *a = rand_mats(dt, b * m * n);
+    const int64_t k = m < n ? m : n;
+    for (int64_t i = 0; i < b; i++)
+        for (int64_t j = 0; j < k; j++) a[i * m * n + j * n + j] *= 4 * (m > n ? m : n);
+    return a;
+}
+
+/*
+ * QR of b m x n matrices; with `deficient`, the middle member's last column
+ * is a copy of its first (rank n - 1: R's last diagonal entry is at the
+ * rounding, Q's last column of the reduced form any unit vector orthogonal
+ * to the others). Checked: R's zeros, its diagonal real and >= 0, Q
+ * orthonormal, Q R = A, and the CPU's R and Q (the first k columns; for the
+ * deficient member the first n - 1 columns of Q and rows of R).
+ */
+static void bf_qr_case(tf_dtype dt, int route, int64_t b, int64_t m, int64_t n, int full, int uv,
+                       int deficient) {
+    char what[128];
+    snprintf(what, sizeof what, "batched qr %lldx%lldx%lld full %d uv %d route %d deficient %d",
+             (long long)b, (long long)m, (long long)n, full, uv, route, deficient);
+    bf_force(route);
+    const int64_t shape[3] = {b, m, n}, k = m < n ? m : n, mid = bf_middle(b);
+    lcx *a = bf_dominant(dt, b, m, n);
+    const int def = deficient && mid >= 0 && n >= 2;
+    if (def)
+        for (int64_t r = 0; r < m; r++) a[mid * m * n + r * n + n - 1] = a[mid * m * n + r * n];
+    tf__linalg d = mat_desc(1);
+    d.full = full && uv;
+    d.compute_uv = uv;
+    pair p;
+    pair_make(&p, TF__OP_QR, &d, dt, 3, shape, a, 0, NULL, NULL);
+    bf_run(&p, what, bf_calls(TF__OP_QR, bf_batched(TF__OP_QR, dt, route, b, m, n), b, uv));
+    const int64_t kq = full && uv ? m : k;
+    const int o_r = uv ? 1 : 0;
+    for (int64_t i = 0; i < b; i++) {
+        const lcx *A = a + i * m * n;
+        const long double norm = fro(A, m * n), bd = bound_of(dt, m > n ? m : n, norm);
+        const lcx *R = p.out[ON_GPU][o_r] + i * kq * n, *Rc = p.out[ON_CPU][o_r] + i * kq * n;
+        for (int64_t r = 0; r < kq; r++)
+            for (int64_t c = 0; c < n; c++)
+                if (r > c || r >= k)
+                    ck_assert_msg(R[r * n + c] == 0, "%s: matrix %lld: R[%lld, %lld] is not zero",
+                                  what, (long long)i, (long long)r, (long long)c);
+        for (int64_t j = 0; j < k; j++)
+            ck_assert_msg(cimagl(R[j * n + j]) == 0 && creall(R[j * n + j]) >= 0,
+                          "%s: matrix %lld: R[%lld, %lld] = %Lg%+Lgi is not real non-negative",
+                          what, (long long)i, (long long)j, (long long)j, creall(R[j * n + j]),
+                          cimagl(R[j * n + j]));
+        const int is_def = def && i == mid;
+        /* Rows of R and columns of Q fixed by the gauge: all k, or the first n - 1. */
+        const int64_t fixed = is_def ? n - 1 : k;
+        /*
+         * The bounds of the factors: the rounding times the condition of the
+         * fixed columns (about |A| / R[fixed - 1, fixed - 1]), times |A| for R.
+         */
+        const long double kappa = norm / creall(R[(fixed - 1) * n + fixed - 1]);
+        const long double rb = bound_of(dt, m > n ? m : n, norm * kappa);
+        const long double qb = bound_of(dt, m > n ? m : n, kappa);
+        if (is_def) /* R's last diagonal entry: the rounding of an exact zero */
+            ck_assert_msg(creall(R[(n - 1) * n + n - 1]) <= bd,
+                          "%s: the deficient member's R[%lld, %lld] = %Lg > %Lg", what,
+                          (long long)(n - 1), (long long)(n - 1), creall(R[(n - 1) * n + n - 1]),
+                          bd);
+        for (int64_t r = 0; r < fixed; r++) check_close(what, dt, Rc + r * n, R + r * n, n, rb);
+        if (!uv) continue;
+        const lcx *Q = p.out[ON_GPU][0] + i * m * kq, *Qc = p.out[ON_CPU][0] + i * m * kq;
+        check_orth(what, dt, Q, kq, m, 1, kq);
+        long double err = 0;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < n; c++) {
+                lcx s = 0;
+                for (int64_t j = 0; j < kq; j++) s += Q[r * kq + j] * R[j * n + c];
+                err += creall((s - A[r * n + c]) * conjl(s - A[r * n + c]));
+            }
+        ck_assert_msg(sqrtl(err) <= bd, "%s (%s): matrix %lld: |QR - A| %.3Lg > %.3Lg (seed %llu)",
+                      what, tf_dtype_name(dt), (long long)i, sqrtl(err), bd,
+                      (unsigned long long)g_seed);
+        for (int64_t r = 0; r < m; r++)
+            check_close(what, dt, Qc + r * kq, Q + r * kq, fixed, qb);
+    }
+    release_all();
+}
+
+/* Cholesky of b positive definite matrices: L L^H = A, zeros, the CPU's factor. */
+static void bf_cholesky_case(tf_dtype dt, int route, int64_t b, int64_t n, int upper) {
+    char what[112];
+    snprintf(what, sizeof what, "batched cholesky %lldx%lld upper %d route %d", (long long)b,
+             (long long)n, upper, route);
+    bf_force(route);
+    const int64_t shape[3] = {b, n, n};
+    lcx *a = positive_definite(dt, b, n, upper);
+    tf__linalg d = mat_desc(1);
+    d.upper = upper;
+    pair p;
+    pair_make(&p, TF__OP_CHOLESKY, &d, dt, 3, shape, a, 0, NULL, NULL);
+    bf_run(&p, what,
+           bf_calls(TF__OP_CHOLESKY, bf_batched(TF__OP_CHOLESKY, dt, route, b, n, n), b, 0));
+    for (int64_t i = 0; i < b; i++) {
+        const lcx *A = a + i * n * n, *L = p.out[ON_GPU][0] + i * n * n;
+        long double err = 0, norm = 0;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < n; c++) {
+                if (upper ? c < r : c > r)
+                    ck_assert_msg(L[r * n + c] == 0, "%s: matrix %lld: [%lld, %lld] not zero",
+                                  what, (long long)i, (long long)r, (long long)c);
+                lcx s = 0;
+                for (int64_t l = 0; l < n; l++)
+                    s += upper ? conjl(L[l * n + r]) * L[l * n + c]
+                               : L[r * n + l] * conjl(L[c * n + l]);
+                const lcx want = read_herm(A, n, upper, r, c);
+                err += creall((s - want) * conjl(s - want));
+                norm += creall(want * conjl(want));
+            }
+        const long double bd = bound_of(dt, n, sqrtl(norm));
+        ck_assert_msg(sqrtl(err) <= bd, "%s (%s): matrix %lld: |L L^H - A| %.3Lg > %.3Lg (seed %llu)",
+                      what, tf_dtype_name(dt), (long long)i, sqrtl(err), bd,
+                      (unsigned long long)g_seed);
+        for (int64_t j = 0; j < n; j++)
+            ck_assert_msg(fabsl(cimagl(L[j * n + j])) <= bd && creall(L[j * n + j]) > 0,
+                          "%s: matrix %lld: L[%lld, %lld] = %Lg%+Lgi is not real positive", what,
+                          (long long)i, (long long)j, (long long)j, creall(L[j * n + j]),
+                          cimagl(L[j * n + j]));
+        check_close(what, dt, p.out[ON_CPU][0] + i * n * n, L, n * n,
+                    bound_of(dt, n, sqrtl(sqrtl(norm)) * 4));
+    }
+    release_all();
+}
+
+/* solve (B [b, n] with vector, else [b, n, nrhs]) of b well-conditioned systems. */
+static void bf_solve_case(tf_dtype dt, int route, int64_t b, int64_t n, int64_t nrhs,
+                          int vector) {
+    char what[112];
+    snprintf(what, sizeof what, "batched solve %lldx%lld nrhs %lld vector %d route %d",
+             (long long)b, (long long)n, (long long)nrhs, vector, route);
+    bf_force(route);
+    const int64_t sa[3] = {b, n, n}, sb3[3] = {b, n, nrhs}, sb2[2] = {b, n};
+    lcx *a = well_conditioned(dt, b, n), *bb = rand_mats(dt, b * n * nrhs);
+    tf__linalg d = mat_desc(1);
+    pair p;
+    pair_make(&p, TF__OP_SOLVE, &d, dt, 3, sa, a, vector ? 2 : 3, vector ? sb2 : sb3, bb);
+    bf_run(&p, what, bf_calls(TF__OP_SOLVE, bf_batched(TF__OP_SOLVE, dt, route, b, n, n), b, 0));
+    for (int64_t i = 0; i < b; i++) {
+        const lcx *A = a + i * n * n, *B = bb + i * n * nrhs, *X = p.out[ON_GPU][0] + i * n * nrhs;
+        long double err = 0;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < nrhs; c++) {
+                lcx s = -B[r * nrhs + c];
+                for (int64_t l = 0; l < n; l++) s += A[r * n + l] * X[l * nrhs + c];
+                err += creall(s * conjl(s));
+            }
+        const long double bd = bound_of(dt, n, fro(A, n * n) * fro(X, n * nrhs) + 1);
+        ck_assert_msg(sqrtl(err) <= bd, "%s (%s): matrix %lld: |AX - B| %.3Lg > %.3Lg (seed %llu)",
+                      what, tf_dtype_name(dt), (long long)i, sqrtl(err), bd,
+                      (unsigned long long)g_seed);
+        check_close(what, dt, p.out[ON_CPU][0] + i * n * nrhs, X, n * nrhs,
+                    bound_of(dt, n, fro(X, n * nrhs)));
+    }
+    release_all();
+}
+
+/* inv of b well-conditioned matrices: A inv(A) = I, the CPU's inverse. */
+static void bf_inv_case(tf_dtype dt, int route, int64_t b, int64_t n) {
+    char what[96];
+    snprintf(what, sizeof what, "batched inv %lldx%lld route %d", (long long)b, (long long)n,
+             route);
+    bf_force(route);
+    const int64_t sa[3] = {b, n, n};
+    lcx *a = well_conditioned(dt, b, n);
+    tf__linalg d = mat_desc(1);
+    pair p;
+    pair_make(&p, TF__OP_INV, &d, dt, 3, sa, a, 0, NULL, NULL);
+    bf_run(&p, what, bf_calls(TF__OP_INV, bf_batched(TF__OP_INV, dt, route, b, n, n), b, 0));
+    for (int64_t i = 0; i < b; i++) {
+        const lcx *A = a + i * n * n, *X = p.out[ON_GPU][0] + i * n * n;
+        long double err = 0;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t c = 0; c < n; c++) {
+                lcx s = r == c ? -1 : 0;
+                for (int64_t l = 0; l < n; l++) s += A[r * n + l] * X[l * n + c];
+                err += creall(s * conjl(s));
+            }
+        const long double bd = bound_of(dt, n, fro(A, n * n) * fro(X, n * n));
+        ck_assert_msg(sqrtl(err) <= bd,
+                      "%s (%s): matrix %lld: |A inv(A) - I| %.3Lg > %.3Lg (seed %llu)", what,
+                      tf_dtype_name(dt), (long long)i, sqrtl(err), bd, (unsigned long long)g_seed);
+        check_close(what, dt, p.out[ON_CPU][0] + i * n * n, X, n * n,
+                    bound_of(dt, n, fro(X, n * n)));
+    }
+    release_all();
+}
+
+/*
+ * det or slogdet of b well-conditioned matrices scaled by 1 / (2n) (the
+ * determinants stay near 1, far from f32's range), the middle member made
+ * singular by a zero last row: an exactly zero pivot, so det 0, sign 0 and
+ * logabsdet -inf, and no failure.
+ */
+static void bf_det_case(tf_dtype dt, int route, int64_t b, int64_t n, int slog) {
+    char what[96];
+    snprintf(what, sizeof what, "batched %s %lldx%lld route %d", slog ? "slogdet" : "det",
+             (long long)b, (long long)n, route);
+    bf_force(route);
+    const int64_t sa[3] = {b, n, n}, mid = bf_middle(b);
+    lcx *a = well_conditioned(dt, b, n);
+    for (int64_t e = 0; e < b * n * n; e++) a[e] /= 2 * n;
+    if (mid >= 0)
+        for (int64_t c = 0; c < n; c++) a[mid * n * n + (n - 1) * n + c] = 0;
+    tf__linalg d = mat_desc(1);
+    pair p;
+    const tf__op_kind kind = slog ? TF__OP_SLOGDET : TF__OP_DET;
+    pair_make(&p, kind, &d, dt, 3, sa, a, 0, NULL, NULL);
+    bf_run(&p, what, bf_calls(kind, bf_batched(kind, dt, route, b, n, n), b, 0));
+    for (int64_t i = 0; i < b; i++) {
+        const lcx g = p.out[ON_GPU][0][i], c = p.out[ON_CPU][0][i];
+        if (i == mid) {
+            ck_assert_msg(g == 0, "%s: matrix %lld is singular: %Lg%+Lgi", what, (long long)i,
+                          creall(g), cimagl(g));
+            if (slog)
+                ck_assert_msg(isinf(creall(p.out[ON_GPU][1][i])) &&
+                                  creall(p.out[ON_GPU][1][i]) < 0,
+                              "%s: logabsdet of the singular matrix is %Lg", what,
+                              creall(p.out[ON_GPU][1][i]));
+            continue;
+        }
+        if (!slog) {
+            check_close(what, dt, &c, &g, 1, bound_of(dt, n, cabsl(c)));
+            continue;
+        }
+        check_close(what, dt, &c, &g, 1, bound_of(dt, n, 1));
+        ck_assert_msg(fabsl(cabsl(g) - 1) <= bound_of(dt, 1, 1), "%s: sign is not a unit", what);
+        const lcx lg = p.out[ON_GPU][1][i], lc = p.out[ON_CPU][1][i];
+        check_close(what, dt, &lc, &lg, 1, bound_of(dt, n, fabsl(creall(lc)) + 1));
+    }
+    release_all();
+}
+
+START_TEST(test_batched_factor) {
+    const tf_dtype dt = all_dtypes[_i];
+    /* The table: batched for b >= 2 up to its bounds, per matrix otherwise. */
+    ck_assert_int_eq(tfd_cuda_linalg_choose(TF__OP_QR, dt, 100, 32, 32),
+                     TFD_CUDA_QR_GEQRF_BATCHED);
+    ck_assert_int_eq(tfd_cuda_linalg_choose(TF__OP_QR, dt, 100, 33, 33), TFD_CUDA_QR_XGEQRF);
+    ck_assert_int_eq(tfd_cuda_linalg_choose(TF__OP_QR, dt, 100, 7, 9), TFD_CUDA_QR_XGEQRF);
+    ck_assert_int_eq(tfd_cuda_linalg_choose(TF__OP_QR, dt, 1, 7, 7), TFD_CUDA_QR_XGEQRF);
+    ck_assert_int_eq(tfd_cuda_linalg_choose(TF__OP_SOLVE, dt, 2, 64, 64),
+                     TFD_CUDA_LU_GETRF_BATCHED);
+    ck_assert_int_eq(tfd_cuda_linalg_choose(TF__OP_INV, dt, 100, 65, 65), TFD_CUDA_LU_XGETRF);
+    ck_assert_int_eq(tfd_cuda_linalg_choose(TF__OP_DET, dt, 1, 2, 2), TFD_CUDA_LU_XGETRF);
+    ck_assert_int_eq(tfd_cuda_linalg_choose(TF__OP_SLOGDET, dt, 3, 33, 33),
+                     TFD_CUDA_LU_GETRF_BATCHED);
+    ck_assert_int_eq(tfd_cuda_linalg_choose(TF__OP_CHOLESKY, dt, 3, 64, 64),
+                     TFD_CUDA_CHOL_POTRF_BATCHED);
+    ck_assert_int_eq(tfd_cuda_linalg_choose(TF__OP_CHOLESKY, dt, 1, 7, 7), TFD_CUDA_CHOL_XPOTRF);
+    for (size_t bi = 0; bi < sizeof bf_batches / sizeof bf_batches[0]; bi++)
+        for (size_t ni = 0; ni < sizeof bf_sizes / sizeof bf_sizes[0]; ni++) {
+            const int64_t b = bf_batches[bi], n = bf_sizes[ni];
+            /* The table's route everywhere; both forced routes where it is cheap (b <= 3). */
+            for (int route = BF_AUTO; route <= (b <= 3 ? BF_BATCHED : BF_AUTO); route++) {
+                for (int mode = 0; mode < 3; mode++) /* reduced, complete, R alone */
+                    bf_qr_case(dt, route, b, n, n, mode == 1, mode != 2, 1);
+                bf_qr_case(dt, route, b, n + 4, n, 0, 1, 1); /* tall, reduced */
+                bf_qr_case(dt, route, b, n + 4, n, 1, 1, 0); /* tall, complete */
+                if (n >= 2) bf_qr_case(dt, route, b, n - 1, n, 0, 1, 0); /* wide: per matrix */
+                for (int upper = 0; upper < 2; upper++)
+                    bf_cholesky_case(dt, route, b, n, upper);
+                bf_solve_case(dt, route, b, n, 1, 1);
+                bf_solve_case(dt, route, b, n, 3, 0);
+                bf_inv_case(dt, route, b, n);
+                bf_det_case(dt, route, b, n, 0);
+                bf_det_case(dt, route, b, n, 1);
+            }
+        }
+    /* Past the bounds the batched routines still serve when forced. */
+    bf_qr_case(dt, BF_BATCHED, 5, 40, 33, 0, 1, 1);
+    bf_cholesky_case(dt, BF_BATCHED, 5, 65, 0);
+    bf_solve_case(dt, BF_BATCHED, 5, 65, 2, 0);
+    bf_inv_case(dt, BF_BATCHED, 5, 65);
+}
+END_TEST
+
+/*
+ * Failures in the middle of a batch (member 1 of 3, 57 of 100), and a
+ * second failing member later (99 of 100): the first is reported, with the
+ * operation's batch and index, every output holds zeros, and the CPU
+ * (LAPACK) fails the same way.
+ */
+START_TEST(test_batched_factor_failure) {
+    const tf_dtype dt = all_dtypes[_i];
+    for (int64_t b = 3; b <= 100; b += 97)
+        for (size_t ni = 0; ni < sizeof bf_sizes / sizeof bf_sizes[0]; ni++)
+            for (int route = BF_AUTO; route <= BF_BATCHED; route += BF_BATCHED - BF_AUTO) {
+                const int64_t n = bf_sizes[ni], mid = bf_middle(b), late = b == 100 ? 99 : -1;
+                bf_force(route);
+                char text[160];
+                const int64_t sa[3] = {b, n, n}, sb[3] = {b, n, 2};
+                tf__linalg d = mat_desc(1);
+                pair p;
+                /* solve and inv: a zero row, an exactly zero pivot. */
+                for (int inv = 0; inv < 2; inv++) {
+                    lcx *a = well_conditioned(dt, b, n), *bb = rand_mats(dt, b * n * 2);
+                    for (int64_t c = 0; c < n; c++) {
+                        a[mid * n * n + (n - 1) * n + c] = 0;
+                        if (late >= 0) a[late * n * n + c] = 0;
+                    }
+                    pair_make(&p, inv ? TF__OP_INV : TF__OP_SOLVE, &d, dt, 3, sa, a, inv ? 0 : 3,
+                              inv ? NULL : sb, inv ? NULL : bb);
+                    p.op[ON_GPU].batch = 60 + (uint64_t)inv;
+                    p.op[ON_GPU].index = 3;
+                    ck_assert_msg(pair_run_side(&p, ON_GPU) == TF_OK, "singular %s: %s",
+                                  inv ? "inv" : "solve", msg);
+                    ck_assert_msg(pair_run_side(&p, ON_CPU) == TF_ERR_SINGULAR, "cpu: %s", msg);
+                    expect_zeroed(&p, inv ? "singular inv" : "singular solve");
+                    snprintf(text, sizeof text, "%s: matrix %lld of %lld is singular",
+                             inv ? "inv" : "solve", (long long)mid, (long long)b);
+                    expect_failure(TF_ERR_SINGULAR, 60 + (uint64_t)inv, 3, text);
+                    release_all();
+                }
+                /* cholesky: a negative diagonal entry fails its leading minor. */
+                for (int upper = 0; upper < 2; upper++) {
+                    lcx *a = positive_definite(dt, b, n, upper);
+                    const int64_t q = n >= 2 ? 1 : 0;
+                    a[mid * n * n + q * n + q] = -100;
+                    if (late >= 0) a[late * n * n] = -100;
+                    tf__linalg dc = mat_desc(1);
+                    dc.upper = upper;
+                    pair_make(&p, TF__OP_CHOLESKY, &dc, dt, 3, sa, a, 0, NULL, NULL);
+                    p.op[ON_GPU].batch = 62;
+                    p.op[ON_GPU].index = 4;
+                    ck_assert_msg(pair_run_side(&p, ON_GPU) == TF_OK, "cholesky: %s", msg);
+                    ck_assert_msg(pair_run_side(&p, ON_CPU) == TF_ERR_NOT_POSITIVE_DEFINITE,
+                                  "cpu: %s", msg);
+                    expect_zeroed(&p, "cholesky");
+                    snprintf(text, sizeof text,
+                             "cholesky: matrix %lld of %lld is not positive definite (leading "
+                             "minor %lld)",
+                             (long long)mid, (long long)b, (long long)(q + 1));
+                    expect_failure(TF_ERR_NOT_POSITIVE_DEFINITE, 62, 4, text);
+                    release_all();
+                }
+                /* qr: nan in the middle member. */
+                {
+                    lcx *a = bf_dominant(dt, b, n, n);
+                    a[mid * n * n + (n * n) / 2] = NAN;
+                    if (late >= 0) a[late * n * n] = INFINITY;
+                    tf__linalg dq = mat_desc(1);
+                    dq.compute_uv = 1;
+                    pair_make(&p, TF__OP_QR, &dq, dt, 3, sa, a, 0, NULL, NULL);
+                    p.op[ON_GPU].batch = 63;
+                    p.op[ON_GPU].index = 5;
+                    ck_assert_msg(pair_run_side(&p, ON_GPU) == TF_OK, "qr: %s", msg);
+                    ck_assert_msg(pair_run_side(&p, ON_CPU) == TF_ERR_NOT_FINITE, "cpu: %s", msg);
+                    expect_zeroed(&p, "qr with nan");
+                    snprintf(text, sizeof text, "qr: matrix %lld of %lld holds nan or inf",
+                             (long long)mid, (long long)b);
+                    expect_failure(TF_ERR_NOT_FINITE, 63, 5, text);
+                    release_all();
+                }
+            }
+}
+END_TEST
+
 /* ---- slice ---- */
 
 START_TEST(test_slice) {
@@ -1295,6 +1748,8 @@ static Suite *cuda_linalg_suite(void) {
     tcase_add_loop_test(tc, test_eigh_truncation, 0, 4);
     tcase_add_loop_test(tc, test_deferred_failure, 0, 4);
     tcase_add_loop_test(tc, test_batched_launch, 0, 4);
+    tcase_add_loop_test(tc, test_batched_factor, 0, 4);
+    tcase_add_loop_test(tc, test_batched_factor_failure, 0, 4);
     tcase_add_loop_test(tc, test_slice, 0, 4);
     suite_add_tcase(s, tc);
     return s;

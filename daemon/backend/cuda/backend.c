@@ -1206,6 +1206,13 @@ static tf_status cuda_event_failure(tfd_backend *be, void *event, int consume, u
     return tfd_cuda_linalg_failure(ev->stream, ev->seq, consume, batch, index, msg, msg_len);
 }
 
+/* Every failure still pending on a finished stream (cuda/linalg.c), consumed. */
+static tf_status cuda_stream_failure(tfd_backend *be, void *stream, uint64_t *batch,
+                                     uint32_t *index, char *msg, size_t msg_len) {
+    (void)be;
+    return tfd_cuda_linalg_failure(stream, UINT64_MAX, 1, batch, index, msg, msg_len);
+}
+
 /*
  * Gives every stream's cached large blocks and idle slabs back to the device
  * pool, then releases the free blocks the pool keeps (its release threshold
@@ -1376,6 +1383,7 @@ const tfd_backend_vtable tfd_cuda_backend = {
     .event_wait = cuda_event_wait,
     .event_destroy = cuda_event_destroy,
     .event_failure = cuda_event_failure,
+    .stream_failure = cuda_stream_failure,
     .stream_done = cuda_stream_done,
     .event_done = cuda_event_done,
     .side_copy = cuda_side_copy,

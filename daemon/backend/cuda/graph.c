@@ -76,6 +76,14 @@
  * orders every launch of one executable graph after the previous launch,
  * whatever the stream, which is what graph_launch promises.
  *
+ * Linear algebra is not captured: a graph holding an op of a linear-algebra
+ * kind is refused at once (TF_ERR_UNSUPPORTED, nothing taken), and the
+ * daemon runs such a graph node by node (daemon/prepared.c, which does not
+ * even ask). cuSOLVER's routines query and size their workspaces per call,
+ * a truncation's rank rule and the info words fold into status words the
+ * completion path reads (cuda/linalg.c), and whether capturing the routines
+ * that would allow it pays has not been measured.
+ *
  * When an op cannot be captured (it is refused, or something in it
  * synchronizes and so invalidates the capture), the capture is ended and
  * discarded, everything taken for it is released, the runtime's error slot
@@ -460,6 +468,14 @@ tf_status tfd_cuda_graph_capture(tfd_cuda_graphs *g, tfd_backend *be, const tfd_
     if (n_ops < 0 || (n_ops > 0 && ops == NULL)) {
         snprintf(msg, msg_len, "cuda: graph_capture of %d operations without them", n_ops);
         return TF_ERR_INVALID_ARGUMENT;
+    }
+    for (int i = 0; i < n_ops; i++) {
+        if (!tf__is_linalg(ops[i].kind)) continue;
+        snprintf(msg, msg_len,
+                 "cuda: graph node %d (%s) is linear algebra, which is not captured: the graph "
+                 "runs node by node",
+                 i, tf__op_name(ops[i].kind));
+        return TF_ERR_UNSUPPORTED;
     }
     cuda_graph *gr = calloc(1, sizeof *gr);
     if (gr == NULL) {

@@ -175,9 +175,10 @@ void tfd_cuda_linalg_idle(tfd_cuda_stream *s, int device_ok);
 void tfd_cuda_linalg_delete(tfd_cuda_stream *s, int device_ok);
 
 /*
- * The cuSOLVER routines of the SVD (and the norms made from singular values)
- * and of eigh, as tfd_cuda_linalg_choose picks them by shape; the other kinds
- * have one routine each (the 64-bit API, one matrix of the batch at a time).
+ * The cuSOLVER and cuBLAS routines of the SVD (and the norms made from
+ * singular values), eigh, QR, Cholesky and the LU kinds (solve, inv, det,
+ * slogdet), as tfd_cuda_linalg_choose picks them by shape: one call for a
+ * whole batch of small matrices, else the 64-bit API one matrix at a time.
  */
 typedef enum tfd_cuda_solver {
     TFD_CUDA_SOLVER_AUTO = 0,
@@ -186,9 +187,18 @@ typedef enum tfd_cuda_solver {
     TFD_CUDA_SVD_GESVDJ_BATCHED = 3, /* cusolverDn<t>gesvdjBatched, m and n at most 32 */
     TFD_CUDA_EIGH_XSYEVD = 4,        /* cusolverDnXsyevd per matrix (divide and conquer) */
     TFD_CUDA_EIGH_SYEVJ_BATCHED = 5, /* cusolverDn<t>syevjBatched / heevjBatched, n at most 32 */
+    TFD_CUDA_QR_XGEQRF = 6,          /* cusolverDnXgeqrf + <t>orgqr / ungqr per matrix */
+    TFD_CUDA_QR_GEQRF_BATCHED = 7,   /* cublas<t>geqrfBatched (m >= n), Q by a kernel */
+    TFD_CUDA_LU_XGETRF = 8,          /* cusolverDnXgetrf (+ Xgetrs) per matrix */
+    TFD_CUDA_LU_GETRF_BATCHED = 9,   /* cublas<t>getrfBatched (+ getrsBatched) */
+    TFD_CUDA_CHOL_XPOTRF = 10,       /* cusolverDnXpotrf per matrix */
+    TFD_CUDA_CHOL_POTRF_BATCHED = 11, /* cusolverDn<t>potrfBatched */
 } tfd_cuda_solver;
 
-/* The routine of the default table for a kind (SVD, NORM or EIGH) and shape. */
+/*
+ * The routine of the default table for a kind (SVD, NORM, EIGH, QR,
+ * CHOLESKY, SOLVE, INV, DET or SLOGDET) and shape; AUTO for other kinds.
+ */
 tfd_cuda_solver tfd_cuda_linalg_choose(tf__op_kind kind, tf_dtype dt, int64_t b, int64_t m,
                                        int64_t n);
 
@@ -197,6 +207,9 @@ tfd_cuda_solver tfd_cuda_linalg_choose(tf__op_kind kind, tf_dtype dt, int64_t b,
  * routine can serve the shape; for tests and measurements.
  */
 void tfd_cuda_linalg_force(tfd_cuda_solver svd, tfd_cuda_solver eigh);
+
+/* The same for QR, the LU kinds (solve, inv, det, slogdet) and Cholesky. */
+void tfd_cuda_linalg_force_factor(tfd_cuda_solver qr, tfd_cuda_solver lu, tfd_cuda_solver chol);
 
 /*
  * Counters of the stream's linear algebra: cuSOLVER compute calls enqueued,

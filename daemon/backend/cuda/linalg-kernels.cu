@@ -790,6 +790,72 @@ cudaError_t qr_store_q_typed(const void *q, const void *ph, int64_t b, int64_t m
     return cudaGetLastError();
 }
 
+/*
+ * Q from the reflectors, one block per matrix and one thread per column c:
+ * applying H(j) = I - tau_j v_j v_j^H from the left changes each column on
+ * its own (w = v_j^H q_c, q_c -= tau_j v_j w), so the threads never wait
+ * for one another. Backward accumulation as orgqr: q_c starts as e_c, and
+ * H(j) for j > c leaves e_c alone (v_j is zero above row j), so column c
+ * meets H(min(c, k-1)) .. H(0) only. q_c lives in the output (row-major:
+ * the threads of a warp touch consecutive addresses); v_j is read by every
+ * thread alike.
+ */
+__device__ __forceinline__ double subw(double a, double b) { return a - b; }
+__device__ __forceinline__ c128 subw(c128 a, c128 b) { return {a.re - b.re, a.im - b.im}; }
+
+template <typename T>
+__global__ void qr_form_q_kernel(const T *a, const T *tau, const T *ph, int64_t b, int64_t m,
+                                 int64_t k, int64_t cols, int64_t stride, T *Q) {
+    using W = typename traits<T>::W;
+    for (int64_t mat = blockIdx.x; mat < b; mat += gridDim.x) {
+        const T *am = a + mat * stride;
+        const T *tm = tau + mat * k;
+        T *q = Q + mat * m * cols;
+        for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+            for (int64_t r = 0; r < m; r++) q[r * cols + c] = r == c ? one_of<T>() : zero_of<T>();
+            for (int64_t j = c < k ? c : k - 1; j >= 0; j--) {
+                const T *v = am + j * m; /* v[j] is 1, v[r] for r > j below the diagonal */
+                W w = widen(q[j * cols + c]);
+                for (int64_t r = j + 1; r < m; r++)
+                    w = addw(w, mulv(widen(conjv(v[r])), widen(q[r * cols + c])));
+                const W tw = mulv(widen(tm[j]), w);
+                q[j * cols + c] = narrow<T>(subw(widen(q[j * cols + c]), tw));
+                for (int64_t r = j + 1; r < m; r++)
+                    q[r * cols + c] =
+                        narrow<T>(subw(widen(q[r * cols + c]), mulv(widen(v[r]), tw)));
+            }
+            if (c < k) {
+                const T p = conjv(ph[mat * k + c]);
+                for (int64_t r = 0; r < m; r++) q[r * cols + c] = mulv(q[r * cols + c], p);
+            }
+        }
+    }
+}
+
+template <typename T>
+cudaError_t qr_form_q_typed(const void *a, const void *tau, const void *ph, int64_t b, int64_t m,
+                            int64_t k, int64_t cols, int64_t stride, void *Q, int sm,
+                            cudaStream_t st) {
+    int64_t threads = (cols + kWarp - 1) / kWarp * kWarp;
+    if (threads > kBlock) threads = kBlock;
+    int64_t blocks = b;
+    const int64_t cap = (int64_t)(sm > 0 ? sm : 1) * 16;
+    if (blocks > cap) blocks = cap;
+    if (blocks > 65535) blocks = 65535;
+    qr_form_q_kernel<T><<<(unsigned)blocks, (unsigned)threads, 0, st>>>(
+        static_cast<const T *>(a), static_cast<const T *>(tau), static_cast<const T *>(ph), b, m,
+        k, cols, stride, static_cast<T *>(Q));
+    return cudaGetLastError();
+}
+
+__global__ void pointers_kernel(void **out, char *base, int64_t b, int64_t stride) {
+    GRID_STRIDE(i, b) out[i] = base + i * stride;
+}
+
+__global__ void widen_pivots_kernel(const int *in, int64_t *out, int64_t count) {
+    GRID_STRIDE(i, count) out[i] = in[i];
+}
+
 /* ------------------------------------------------- triangles and identity */
 
 template <typename T>
@@ -1288,6 +1354,30 @@ extern "C" cudaError_t tfd_cuda_la_qr_store_q(const void *q, const void *ph, tf_
                                               int64_t stride, void *Q, int sm_count,
                                               cudaStream_t stream) {
     LA_DISPATCH(dt, qr_store_q_typed, q, ph, b, m, cols, k, stride, Q, sm_count, stream);
+}
+
+extern "C" cudaError_t tfd_cuda_la_qr_form_q(const void *a, const void *tau, const void *ph,
+                                             tf_dtype dt, int64_t b, int64_t m, int64_t k,
+                                             int64_t cols, int64_t stride, void *Q, int sm_count,
+                                             cudaStream_t stream) {
+    if (b < 1 || m < 1 || k < 1 || k > m || cols < k || cols > m) return cudaErrorInvalidValue;
+    LA_DISPATCH(dt, qr_form_q_typed, a, tau, ph, b, m, k, cols, stride, Q, sm_count, stream);
+}
+
+extern "C" cudaError_t tfd_cuda_la_pointers(void **out, void *base, int64_t b,
+                                            int64_t stride_bytes, int sm_count,
+                                            cudaStream_t stream) {
+    if (b < 1) return cudaSuccess;
+    pointers_kernel<<<grid_for(b, sm_count), kBlock, 0, stream>>>(out, static_cast<char *>(base),
+                                                                  b, stride_bytes);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t tfd_cuda_la_widen_pivots(const int *in, int64_t *out, int64_t count,
+                                                int sm_count, cudaStream_t stream) {
+    if (count < 1) return cudaSuccess;
+    widen_pivots_kernel<<<grid_for(count, sm_count), kBlock, 0, stream>>>(in, out, count);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t tfd_cuda_la_triangle(void *a, tf_dtype dt, int64_t b, int64_t n,

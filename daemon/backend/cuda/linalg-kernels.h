@@ -183,6 +183,31 @@ cudaError_t tfd_cuda_la_qr_store_q(const void *q, const void *ph, tf_dtype dt, i
                                    int64_t m, int64_t cols, int64_t k, int64_t stride, void *Q,
                                    int sm_count, cudaStream_t stream);
 
+/*
+ * Q [b, m, cols] row-major straight from geqrf's reflectors (the batched
+ * QR: cuBLAS has no batched orgqr): a (col-major m x n, leading dimension
+ * m, matrix i at a + i * stride) holds the k reflectors below its diagonal
+ * and tau [b, k] their scalars; Q = H(0) H(1) ... H(k-1) applied to the
+ * first `cols` columns of the identity (cols >= k), as orgqr / ungqr forms
+ * it, the columns below k times conj(ph [b, k]) like
+ * tfd_cuda_la_qr_store_q. One block per matrix, one thread per column;
+ * products accumulated in double.
+ */
+cudaError_t tfd_cuda_la_qr_form_q(const void *a, const void *tau, const void *ph, tf_dtype dt,
+                                  int64_t b, int64_t m, int64_t k, int64_t cols, int64_t stride,
+                                  void *Q, int sm_count, cudaStream_t stream);
+
+/*
+ * The pointer array of a batched cuBLAS / cuSOLVER routine: out[i] = base +
+ * i * stride_bytes for i < b (out is device memory, written on the stream).
+ */
+cudaError_t tfd_cuda_la_pointers(void **out, void *base, int64_t b, int64_t stride_bytes,
+                                 int sm_count, cudaStream_t stream);
+
+/* The 32-bit pivots of cublas<t>getrfBatched widened into 64-bit ones (count of them). */
+cudaError_t tfd_cuda_la_widen_pivots(const int *in, int64_t *out, int64_t count, int sm_count,
+                                     cudaStream_t stream);
+
 /* Zeroes the strict upper (keep_lower 1) or strict lower triangle of each row-major n x n matrix. */
 cudaError_t tfd_cuda_la_triangle(void *a, tf_dtype dt, int64_t b, int64_t n, int keep_lower,
                                  int sm_count, cudaStream_t stream);

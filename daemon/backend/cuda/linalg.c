@@ -23,13 +23,18 @@
  *   DET, SLOGDET from getrf's factors of A^T (det A^T = det A).
  *   NORM     reductions; NUC and the 2-norms from singular values.
  *
- * Routines (tfd_cuda_linalg_choose, a table tuned by measurement): batched
- * Jacobi (gesvdjBatched, syevjBatched) for a batch of matrices of at most 32
- * x 32, one launch for the whole batch; otherwise the 64-bit routine per
- * matrix of the batch (Xgesvd, Xsyevd, Xgeqrf + orgqr, Xpotrf, Xgetrf +
- * Xgetrs). Each stream has one cuSOLVER handle bound to its CUDA stream, its
- * parameter objects, and a device and a host workspace that grow when too
- * small and are kept while the stream is in use.
+ * Routines (tfd_cuda_linalg_choose, the table routine_table): for a batch
+ * of small matrices one call for the whole batch: batched Jacobi
+ * (gesvdjBatched, syevjBatched) up to 32 x 32, cublas<t>geqrfBatched up to
+ * 32 x 32 (tall only; Q then formed from the reflectors by a kernel, there
+ * being no batched orgqr), cublas<t>getrfBatched (+ getrsBatched) for
+ * solve, inv, det and slogdet and cusolverDn<t>potrfBatched for Cholesky up
+ * to 64 x 64; otherwise the 64-bit routine per matrix of the batch (Xgesvd,
+ * Xsyevd, Xgeqrf + orgqr, Xpotrf, Xgetrf + Xgetrs). Each stream has one
+ * cuSOLVER handle bound to its CUDA stream (cuBLAS's batched routines run on
+ * the stream's cuBLAS handle), its parameter objects, and a device and a host
+ * workspace and the batched routines' device pointer arrays, which grow when
+ * too small and are kept while the stream is in use.
  *
  * Failures without waiting. Before a factorization a kernel flags each
  * matrix holding nan or inf (a flagged matrix goes to the solver as the
@@ -75,6 +80,7 @@ typedef struct la_check {
     tf__op_kind kind;
     uint64_t batch;
     uint32_t index;
+    int node; /* its node in a prepared graph, -1 outside one */
     int64_t b;
     uint64_t seq;
 } la_check;
@@ -89,6 +95,8 @@ struct tfd_cuda_linalg {
     size_t dwork_bytes;
     void *hwork; /* host workspace of the 64-bit API */
     size_t hwork_bytes;
+    void **dptrs; /* device pointer arrays of the batched routines, from the block cache */
+    size_t dptrs_bytes;
     tfd_cuda_la_status *dstatus; /* the device's status word, reused by every operation */
     uint64_t solver_calls, blocking_reads;
     /* Under the stream's linalg_lock: */
@@ -102,28 +110,53 @@ struct tfd_cuda_linalg {
 
 /* ---- routine table ---- */
 
-/* The first row whose kind matches and whose shape fits picks the routine. */
+/*
+ * The first row whose kind matches and whose shape fits picks the routine.
+ * The batched rows: one launch for the whole batch instead of one (or, with
+ * its workspace query and the kernels between, several) per matrix, which
+ * is what a batch of small matrices costs; their bounds are where the
+ * batched routines stop being the small-matrix kernels they are documented
+ * as (cuSOLVER's Jacobi: 32; cuBLAS's and cuSOLVER's batched LU and
+ * Cholesky are tuned for "small" sizes), to be moved by the H200's numbers
+ * (bench/gpu/linalg-routines.c prints them). QR's bound is 32 because Q is
+ * formed by a kernel of one thread per column (tfd_cuda_la_qr_form_q),
+ * whose serial work per thread grows as m * n.
+ */
+#define BATCHED_QR_MAX 32
+#define BATCHED_LU_MAX 64
+#define BATCHED_CHOL_MAX 64
+
 static const struct {
     tf__op_kind kind;
     int64_t max_dim;   /* m and n at most this */
     int64_t min_batch; /* b at least this */
+    int tall;          /* m >= n only */
     tfd_cuda_solver routine;
 } routine_table[] = {
-    {TF__OP_SVD, 32, 2, TFD_CUDA_SVD_GESVDJ_BATCHED},
-    {TF__OP_SVD, INT64_MAX, 1, TFD_CUDA_SVD_XGESVD},
-    {TF__OP_EIGH, 32, 2, TFD_CUDA_EIGH_SYEVJ_BATCHED},
-    {TF__OP_EIGH, INT64_MAX, 1, TFD_CUDA_EIGH_XSYEVD},
+    {TF__OP_SVD, 32, 2, 0, TFD_CUDA_SVD_GESVDJ_BATCHED},
+    {TF__OP_SVD, INT64_MAX, 1, 0, TFD_CUDA_SVD_XGESVD},
+    {TF__OP_EIGH, 32, 2, 0, TFD_CUDA_EIGH_SYEVJ_BATCHED},
+    {TF__OP_EIGH, INT64_MAX, 1, 0, TFD_CUDA_EIGH_XSYEVD},
+    {TF__OP_QR, BATCHED_QR_MAX, 2, 1, TFD_CUDA_QR_GEQRF_BATCHED},
+    {TF__OP_QR, INT64_MAX, 1, 0, TFD_CUDA_QR_XGEQRF},
+    {TF__OP_DET, BATCHED_LU_MAX, 2, 0, TFD_CUDA_LU_GETRF_BATCHED},
+    {TF__OP_DET, INT64_MAX, 1, 0, TFD_CUDA_LU_XGETRF},
+    {TF__OP_CHOLESKY, BATCHED_CHOL_MAX, 2, 0, TFD_CUDA_CHOL_POTRF_BATCHED},
+    {TF__OP_CHOLESKY, INT64_MAX, 1, 0, TFD_CUDA_CHOL_XPOTRF},
 };
 
-static atomic_int forced_svd, forced_eigh;
+static atomic_int forced_svd, forced_eigh, forced_qr, forced_lu, forced_chol;
 
 tfd_cuda_solver tfd_cuda_linalg_choose(tf__op_kind kind, tf_dtype dt, int64_t b, int64_t m,
                                        int64_t n) {
     (void)dt;
     if (kind == TF__OP_NORM) kind = TF__OP_SVD; /* NUC and the 2-norms are singular values */
+    if (kind == TF__OP_SOLVE || kind == TF__OP_INV || kind == TF__OP_SLOGDET)
+        kind = TF__OP_DET; /* one LU factorization for all four */
     for (size_t i = 0; i < sizeof routine_table / sizeof routine_table[0]; i++)
         if (routine_table[i].kind == kind && m <= routine_table[i].max_dim &&
-            n <= routine_table[i].max_dim && b >= routine_table[i].min_batch)
+            n <= routine_table[i].max_dim && b >= routine_table[i].min_batch &&
+            (!routine_table[i].tall || m >= n))
             return routine_table[i].routine;
     return TFD_CUDA_SOLVER_AUTO;
 }
@@ -133,16 +166,49 @@ void tfd_cuda_linalg_force(tfd_cuda_solver svd, tfd_cuda_solver eigh) {
     atomic_store(&forced_eigh, (int)eigh);
 }
 
-/* Whether a routine serves the shape (the legacy Jacobi API takes int sizes). */
+void tfd_cuda_linalg_force_factor(tfd_cuda_solver qr, tfd_cuda_solver lu, tfd_cuda_solver chol) {
+    atomic_store(&forced_qr, (int)qr);
+    atomic_store(&forced_lu, (int)lu);
+    atomic_store(&forced_chol, (int)chol);
+}
+
+/*
+ * Whether a routine serves the shape (the legacy Jacobi API and the batched
+ * routines take int sizes; cuBLAS's batched QR is used for m >= n only).
+ */
 static int serves(tfd_cuda_solver r, int64_t b, int64_t m, int64_t n) {
     switch (r) {
     case TFD_CUDA_SVD_XGESVD:
-    case TFD_CUDA_EIGH_XSYEVD: return 1;
+    case TFD_CUDA_EIGH_XSYEVD:
+    case TFD_CUDA_QR_XGEQRF:
+    case TFD_CUDA_LU_XGETRF:
+    case TFD_CUDA_CHOL_XPOTRF: return 1;
     case TFD_CUDA_SVD_GESVDJ: return m <= INT_MAX && n <= INT_MAX && m * n <= INT_MAX;
     case TFD_CUDA_SVD_GESVDJ_BATCHED:
     case TFD_CUDA_EIGH_SYEVJ_BATCHED: return m <= 32 && n <= 32 && b <= INT_MAX;
+    case TFD_CUDA_QR_GEQRF_BATCHED: return m >= n && m <= 1024 && b <= INT_MAX;
+    case TFD_CUDA_LU_GETRF_BATCHED:
+    case TFD_CUDA_CHOL_POTRF_BATCHED: return m <= 1024 && n <= 1024 && b <= INT_MAX;
     default: return 0;
     }
+}
+
+/* The routine of QR, Cholesky or an LU kind: forced, else the table, else per matrix. */
+static tfd_cuda_solver pick_factor(tf__op_kind kind, tf_dtype dt, int64_t b, int64_t m,
+                                   int64_t n) {
+    const int qr = kind == TF__OP_QR, chol = kind == TF__OP_CHOLESKY;
+    const tfd_cuda_solver per = qr ? TFD_CUDA_QR_XGEQRF
+                                : chol ? TFD_CUDA_CHOL_XPOTRF
+                                       : TFD_CUDA_LU_XGETRF;
+    const tfd_cuda_solver batched = qr ? TFD_CUDA_QR_GEQRF_BATCHED
+                                    : chol ? TFD_CUDA_CHOL_POTRF_BATCHED
+                                           : TFD_CUDA_LU_GETRF_BATCHED;
+    const tfd_cuda_solver forced =
+        (tfd_cuda_solver)atomic_load(qr ? &forced_qr : chol ? &forced_chol : &forced_lu);
+    if ((forced == per || forced == batched) && serves(forced, b, m, n)) return forced;
+    const tfd_cuda_solver r = tfd_cuda_linalg_choose(kind, dt, b, m, n);
+    if ((r == per || r == batched) && serves(r, b, m, n)) return r;
+    return per;
 }
 
 static tfd_cuda_solver pick(tf__op_kind kind, tf_dtype dt, int64_t b, int64_t m, int64_t n) {
@@ -201,6 +267,16 @@ static tf_status cusolver_fail(cusolverStatus_t r, const char *call, int line, c
         cusolverStatus_t r_ = (call);                                                              \
         if (r_ != CUSOLVER_STATUS_SUCCESS) {                                                       \
             st = cusolver_fail(r_, #call, __LINE__, c->msg, c->msg_len);                           \
+            goto done;                                                                             \
+        }                                                                                          \
+    } while (0)
+
+/* Runs a cuBLAS call; on failure stores the status in `st` and jumps to `done`. */
+#define BLAS(call)                                                                                 \
+    do {                                                                                           \
+        cublasStatus_t r_ = (call);                                                                \
+        if (r_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            st = tfd_cublas_fail(r_, #call, __FILE__, __LINE__, c->msg, c->msg_len);               \
             goto done;                                                                             \
         }                                                                                          \
     } while (0)
@@ -351,6 +427,43 @@ static tf_status workspaces(la_ctx *c, size_t dbytes, size_t hbytes, void **d, v
     return st == TF_OK ? host_work(c, hbytes, h) : st;
 }
 
+/*
+ * The stream's pointer arrays grown to `slots` arrays of b device pointers
+ * each (array t at *out + t * b), kept like the device workspace; a kernel
+ * writes them on the stream (tfd_cuda_la_pointers), after the routines of
+ * earlier operations that read them.
+ */
+static tf_status pointer_arrays(la_ctx *c, int slots, void ***out) {
+    struct tfd_cuda_linalg *L = c->L;
+    const size_t bytes = bytes3(c->op->desc.b, slots, sizeof(void *));
+    if (bytes == 0) {
+        snprintf(c->msg, c->msg_len, "cuda: %s needs more pointers than can be addressed",
+                 tf__op_name(c->op->kind));
+        return TF_ERR_NO_MEMORY;
+    }
+    if (L->dptrs == NULL || L->dptrs_bytes < bytes) {
+        if (L->dptrs != NULL) tfd_cuda_cache_free(c->s, L->dptrs, L->dptrs_bytes);
+        L->dptrs = NULL;
+        L->dptrs_bytes = 0;
+        const size_t want = tfd_cuda_block_bytes(bytes);
+        void *p = NULL;
+        tf_status st = tfd_cuda_cache_alloc(c->s, want, &p, c->msg, c->msg_len);
+        if (st != TF_OK) return st;
+        L->dptrs = p;
+        L->dptrs_bytes = want;
+    }
+    *out = L->dptrs;
+    return TF_OK;
+}
+
+/* A batched cuBLAS routine's host info word: only refused arguments set it (negative). */
+static tf_status host_info(la_ctx *c, const char *routine, int info) {
+    if (info >= 0) return TF_OK;
+    snprintf(c->msg, c->msg_len, "cuda: %s: %s refused its argument %d",
+             tf__op_name(c->op->kind), routine, -info);
+    return TF_ERR_INTERNAL;
+}
+
 /* Elements of the dtype at p, offset by i elements. */
 static void *at(void *p, int64_t i, size_t es) { return (char *)p + (size_t)i * es; }
 static const void *cat(const void *p, int64_t i, size_t es) {
@@ -450,10 +563,13 @@ void tfd_cuda_linalg_idle(tfd_cuda_stream *s, int device_ok) {
     if (L == NULL) return;
     if (device_ok) {
         if (L->dwork != NULL) tfd_cuda_cache_free(s, L->dwork, L->dwork_bytes);
+        if (L->dptrs != NULL) tfd_cuda_cache_free(s, L->dptrs, L->dptrs_bytes);
         if (L->dstatus != NULL) tfd_cuda_cache_free(s, L->dstatus, 256);
     }
     L->dwork = NULL;
     L->dwork_bytes = 0;
+    L->dptrs = NULL;
+    L->dptrs_bytes = 0;
     L->dstatus = NULL;
     free_host_later(s, L->hwork, device_ok);
     L->hwork = NULL;
@@ -531,10 +647,21 @@ static tfd_cuda_la_status *take_slot(struct tfd_cuda_linalg *L) {
     return L->free_slots[--L->n_free];
 }
 
-/* The typed status and message of a failed status word. */
-static tf_status failure_of(tf__op_kind kind, const tfd_cuda_la_status *w, int64_t b, char *msg,
-                            size_t msg_len) {
+/*
+ * The typed status and message of a failed status word; inside a prepared
+ * graph the message names the node first, as the CPU backend's failures are
+ * named by daemon/prepared.c when its call returns.
+ */
+static tf_status failure_of(tf__op_kind kind, int node, const tfd_cuda_la_status *w, int64_t b,
+                            char *msg, size_t msg_len) {
     const char *name = tf__op_name(kind);
+    if (node >= 0 && msg_len > 0) {
+        const int at = snprintf(msg, msg_len, "prepared graph node %d (%s): ", node, name);
+        if (at > 0 && (size_t)at < msg_len) {
+            msg += at;
+            msg_len -= (size_t)at;
+        }
+    }
     const long long i = (long long)w->index, n = (long long)b;
     switch (w->code) {
     case TFD_CUDA_LA_NOT_FINITE:
@@ -579,7 +706,7 @@ tf_status tfd_cuda_linalg_failure(tfd_cuda_stream *s, uint64_t seq, int consume,
             w.index = v->index;
             const int failed = w.code != TFD_CUDA_LA_OK;
             if (failed && st == TF_OK) {
-                st = failure_of(ck.kind, &w, ck.b, msg, msg_len);
+                st = failure_of(ck.kind, ck.node, &w, ck.b, msg, msg_len);
                 *batch = ck.batch;
                 *index = ck.index;
             }
@@ -632,6 +759,7 @@ static tf_status finish(la_ctx *c, const int *flags, const int *info, int positi
             ck->kind = op->kind;
             ck->batch = op->batch;
             ck->index = op->index;
+            ck->node = op->node;
             ck->b = op->desc.b;
             ck->seq = ++s->check_seq;
         }
@@ -645,7 +773,8 @@ static tf_status finish(la_ctx *c, const int *flags, const int *info, int positi
     L->blocking_reads++;
     CUDA(cudaMemcpyAsync(&w, L->dstatus, sizeof w, cudaMemcpyDeviceToHost, s->stream));
     CUDA(cudaStreamSynchronize(s->stream));
-    if (w.code != TFD_CUDA_LA_OK) return failure_of(op->kind, &w, op->desc.b, c->msg, c->msg_len);
+    /* Returned now, so a graph's run names the node itself (daemon/prepared.c). */
+    if (w.code != TFD_CUDA_LA_OK) return failure_of(op->kind, -1, &w, op->desc.b, c->msg, c->msg_len);
 done:
     return st;
 }
@@ -821,17 +950,56 @@ done:
     return st;
 }
 
-/* getrf of A^T (the buffer as it is) into lu [b, n, n] and ipiv [b, n]. */
-static tf_status lu_factor(la_ctx *c, const int *flags, int *info, void **lu, int64_t **ipiv) {
+/*
+ * getrf of A^T (the buffer as it is) into lu [b, n, n]. Per matrix
+ * (Xgetrf): 64-bit pivots ipiv [b, n]. Batched (cublas<t>getrfBatched, one
+ * call): 32-bit pivots ipiv32 [b, n], the pointer array of lu in (*ptrs)[0
+ * .. b) with room for a second array at (*ptrs)[b .. 2b), and, with
+ * want64, the pivots widened into ipiv too. getrfBatched's info words are
+ * Xgetrf's: k > 0 when U(k, k) is exactly zero.
+ */
+static tf_status lu_factor(la_ctx *c, const int *flags, int *info, int batched, int want64,
+                           void **lu, int64_t **ipiv, int **ipiv32, void ***ptrs) {
     tf_status st = TF_OK;
     struct tfd_cuda_linalg *L = c->L;
     const int64_t b = c->op->desc.b, n = c->op->desc.n;
     void *p = NULL;
+    *ipiv = NULL;
+    *ipiv32 = NULL;
+    *ptrs = NULL;
     STEP(take3(c, b, n * n, c->es, lu));
-    STEP(take3(c, b, n, sizeof(int64_t), &p));
-    *ipiv = p;
+    if (!batched || want64) {
+        STEP(take3(c, b, n, sizeof(int64_t), &p));
+        *ipiv = p;
+    }
     CUDA(tfd_cuda_la_prepare(c->op->in[0].data, *lu, c->dt, b, n, n, 0, n * n, flags, c->sm,
                              c->s->stream));
+    if (batched) {
+        const int N = (int)n, B = (int)b;
+        STEP(take3(c, b, n, sizeof(int), &p));
+        *ipiv32 = p;
+        STEP(pointer_arrays(c, 2, ptrs));
+        void **A = *ptrs;
+        CUDA(tfd_cuda_la_pointers(A, *lu, b, n * n * (int64_t)c->es, c->sm, c->s->stream));
+        switch (c->dt) {
+        case TF_F32:
+            BLAS(cublasSgetrfBatched(c->s->blas, N, (float *const *)A, N, *ipiv32, info, B));
+            break;
+        case TF_F64:
+            BLAS(cublasDgetrfBatched(c->s->blas, N, (double *const *)A, N, *ipiv32, info, B));
+            break;
+        case TF_C64:
+            BLAS(cublasCgetrfBatched(c->s->blas, N, (cuComplex *const *)A, N, *ipiv32, info, B));
+            break;
+        default:
+            BLAS(cublasZgetrfBatched(c->s->blas, N, (cuDoubleComplex *const *)A, N, *ipiv32, info,
+                                     B));
+            break;
+        }
+        L->solver_calls++;
+        if (want64) CUDA(tfd_cuda_la_widen_pivots(*ipiv32, *ipiv, b * n, c->sm, c->s->stream));
+        return TF_OK;
+    }
     size_t dbytes = 0, hbytes = 0;
     SOLVER(cusolverDnXgetrf_bufferSize(L->handle, L->params, n, n, c->ct, *lu, n, c->ct, &dbytes,
                                        &hbytes));
@@ -896,7 +1064,75 @@ done:
     return st;
 }
 
+/*
+ * QR of a batch of small tall matrices in one call: cublas<t>geqrfBatched
+ * (its info is a host word for refused arguments only; QR has no numerical
+ * failure), the gauge and R as for Xgeqrf, and Q formed from the reflectors
+ * by a kernel straight into the output (cuBLAS and cuSOLVER have no batched
+ * orgqr; a loop of orgqr would give back the launches the batch saved, and
+ * forming Q by batched GEMMs would take one pair of launches per reflector).
+ */
+static tf_status run_qr_batched(la_ctx *c) {
+    tf_status st = TF_OK;
+    struct tfd_cuda_linalg *L = c->L;
+    const tfd_linalg_op *op = c->op;
+    const tf__linalg *d = &op->desc;
+    const int uv = d->compute_uv, full = d->full && uv;
+    const int64_t b = d->b, m = d->m, n = d->n, k = d->k; /* m >= n: k = n */
+    const int64_t qcols = full ? m : k, rrows = uv ? qcols : k, stride = m * n;
+    const size_t es = c->es;
+    const int M = (int)m, N = (int)n, B = (int)b;
+    int *flags = NULL, *info = NULL;
+    void *a = NULL, *tau = NULL, *ph = NULL;
+    void **ptrs = NULL;
+    int hinfo = 0;
+    STEP(take_words(c, &flags, &info)); /* info stays zero: flags alone can fail a QR */
+    CUDA(tfd_cuda_la_check(op->in[0].data, c->dt, b, m, n, TFD_CUDA_LA_ALL, flags, c->sm,
+                           c->s->stream));
+    STEP(take3(c, b, stride, es, &a));
+    STEP(take3(c, b, k, es, &tau));
+    STEP(take3(c, b, k, es, &ph));
+    STEP(pointer_arrays(c, 2, &ptrs));
+    CUDA(tfd_cuda_la_prepare(op->in[0].data, a, c->dt, b, m, n, 1, stride, flags, c->sm,
+                             c->s->stream));
+    void **A = ptrs, **T = ptrs + b;
+    CUDA(tfd_cuda_la_pointers(A, a, b, stride * (int64_t)es, c->sm, c->s->stream));
+    CUDA(tfd_cuda_la_pointers(T, tau, b, k * (int64_t)es, c->sm, c->s->stream));
+    switch (c->dt) {
+    case TF_F32:
+        BLAS(cublasSgeqrfBatched(c->s->blas, M, N, (float *const *)A, M, (float *const *)T, &hinfo,
+                                 B));
+        break;
+    case TF_F64:
+        BLAS(cublasDgeqrfBatched(c->s->blas, M, N, (double *const *)A, M, (double *const *)T,
+                                 &hinfo, B));
+        break;
+    case TF_C64:
+        BLAS(cublasCgeqrfBatched(c->s->blas, M, N, (cuComplex *const *)A, M,
+                                 (cuComplex *const *)T, &hinfo, B));
+        break;
+    default:
+        BLAS(cublasZgeqrfBatched(c->s->blas, M, N, (cuDoubleComplex *const *)A, M,
+                                 (cuDoubleComplex *const *)T, &hinfo, B));
+        break;
+    }
+    L->solver_calls++;
+    STEP(host_info(c, "geqrfBatched", hinfo));
+    CUDA(tfd_cuda_la_qr_phase(a, c->dt, b, m, k, stride, ph, c->sm, c->s->stream));
+    CUDA(tfd_cuda_la_qr_store_r(a, ph, c->dt, b, m, n, k, rrows, stride, op->out[uv ? 1 : 0].data,
+                                c->sm, c->s->stream));
+    if (uv)
+        CUDA(tfd_cuda_la_qr_form_q(a, tau, ph, c->dt, b, m, k, qcols, stride, op->out[0].data,
+                                   c->sm, c->s->stream));
+    st = finish(c, flags, info, TFD_CUDA_LA_OK);
+done:
+    return st;
+}
+
 static tf_status run_qr(la_ctx *c) {
+    if (pick_factor(TF__OP_QR, c->dt, c->op->desc.b, c->op->desc.m, c->op->desc.n) ==
+        TFD_CUDA_QR_GEQRF_BATCHED)
+        return run_qr_batched(c);
     tf_status st = TF_OK;
     struct tfd_cuda_linalg *L = c->L;
     const tfd_linalg_op *op = c->op;
@@ -1107,15 +1343,44 @@ static tf_status run_cholesky(la_ctx *c) {
                            c->s->stream));
     CUDA(tfd_cuda_la_prepare(op->in[0].data, out, c->dt, b, n, n, 0, n * n, flags, c->sm,
                              c->s->stream));
-    size_t dbytes = 0, hbytes = 0;
-    SOLVER(cusolverDnXpotrf_bufferSize(L->handle, L->params, uplo, n, c->ct, out, n, c->ct,
-                                       &dbytes, &hbytes));
-    void *dw = NULL, *hw = NULL;
-    STEP(workspaces(c, dbytes, hbytes, &dw, &hw));
-    for (int64_t i = 0; i < b; i++) {
-        SOLVER(cusolverDnXpotrf(L->handle, L->params, uplo, n, c->ct, at(out, i * n * n, c->es), n,
-                                c->ct, dw, dbytes, hw, hbytes, info + i));
+    if (pick_factor(TF__OP_CHOLESKY, c->dt, b, n, n) == TFD_CUDA_CHOL_POTRF_BATCHED) {
+        /*
+         * potrfBatched, one call: the same factor and info words (the first
+         * leading minor that is not positive definite) as Xpotrf; it may use
+         * the other triangle as workspace, which is zeroed below anyway.
+         */
+        const int N = (int)n, B = (int)b;
+        void **ptrs = NULL;
+        STEP(pointer_arrays(c, 1, &ptrs));
+        CUDA(tfd_cuda_la_pointers(ptrs, out, b, n * n * (int64_t)c->es, c->sm, c->s->stream));
+        switch (c->dt) {
+        case TF_F32:
+            SOLVER(cusolverDnSpotrfBatched(L->handle, uplo, N, (float **)ptrs, N, info, B));
+            break;
+        case TF_F64:
+            SOLVER(cusolverDnDpotrfBatched(L->handle, uplo, N, (double **)ptrs, N, info, B));
+            break;
+        case TF_C64:
+            SOLVER(cusolverDnCpotrfBatched(L->handle, uplo, N, (cuComplex **)ptrs, N, info, B));
+            break;
+        default:
+            SOLVER(cusolverDnZpotrfBatched(L->handle, uplo, N, (cuDoubleComplex **)ptrs, N, info,
+                                           B));
+            break;
+        }
         L->solver_calls++;
+    } else {
+        size_t dbytes = 0, hbytes = 0;
+        SOLVER(cusolverDnXpotrf_bufferSize(L->handle, L->params, uplo, n, c->ct, out, n, c->ct,
+                                           &dbytes, &hbytes));
+        void *dw = NULL, *hw = NULL;
+        STEP(workspaces(c, dbytes, hbytes, &dw, &hw));
+        for (int64_t i = 0; i < b; i++) {
+            SOLVER(cusolverDnXpotrf(L->handle, L->params, uplo, n, c->ct,
+                                    at(out, i * n * n, c->es), n, c->ct, dw, dbytes, hw, hbytes,
+                                    info + i));
+            L->solver_calls++;
+        }
     }
     CUDA(tfd_cuda_la_triangle(out, c->dt, b, n, !d->upper, c->sm, c->s->stream));
     st = finish(c, flags, info, TFD_CUDA_LA_NOT_PD);
@@ -1133,9 +1398,12 @@ static tf_status run_solve_inv(la_ctx *c) {
     const int64_t b = d->b, n = d->n, nrhs = inv ? n : d->nrhs;
     const size_t es = c->es;
     void *X = op->out[0].data;
-    int *flags = NULL, *info = NULL, *info_rs = NULL;
+    int *flags = NULL, *info = NULL, *info_rs = NULL, *ipiv32 = NULL;
     void *lu = NULL, *bs = NULL, *p = NULL;
+    void **ptrs = NULL;
     int64_t *ipiv = NULL;
+    const int batched = pick_factor(op->kind, c->dt, b, n, n) == TFD_CUDA_LU_GETRF_BATCHED &&
+                        nrhs <= INT_MAX;
     STEP(take_words(c, &flags, &info));
     STEP(take3(c, b, 1, sizeof(int), &p));
     info_rs = p; /* getrs reports only refused arguments, which its status reports too */
@@ -1144,7 +1412,7 @@ static tf_status run_solve_inv(la_ctx *c) {
     if (!inv)
         CUDA(tfd_cuda_la_check(op->in[1].data, c->dt, b, n, nrhs, TFD_CUDA_LA_ALL, flags, c->sm,
                                c->s->stream));
-    STEP(lu_factor(c, flags, info, &lu, &ipiv));
+    STEP(lu_factor(c, flags, info, batched, 0, &lu, &ipiv, &ipiv32, &ptrs));
     cublasOperation_t trans = CUBLAS_OP_T; /* A = (A^T)^T, for real and complex alike */
     void *rhs = X;
     if (inv) {
@@ -1160,11 +1428,44 @@ static tf_status run_solve_inv(la_ctx *c) {
                                  c->s->stream));
         rhs = bs;
     }
-    for (int64_t i = 0; i < b; i++) {
-        SOLVER(cusolverDnXgetrs(L->handle, L->params, trans, n, nrhs, c->ct, at(lu, i * n * n, es),
-                                n, ipiv + i * n, c->ct, at(rhs, i * n * nrhs, es), n,
-                                info_rs + i));
+    if (batched) {
+        /*
+         * getrsBatched (inv: on the identity, as per matrix, rather than
+         * getriBatched: one routine for both); its info is a host word that
+         * reports refused arguments only.
+         */
+        const int N = (int)n, NRHS = (int)nrhs, B = (int)b;
+        void **A = ptrs, **R = ptrs + b;
+        int hinfo = 0;
+        CUDA(tfd_cuda_la_pointers(R, rhs, b, n * nrhs * (int64_t)es, c->sm, c->s->stream));
+        switch (c->dt) {
+        case TF_F32:
+            BLAS(cublasSgetrsBatched(c->s->blas, trans, N, NRHS, (const float *const *)A, N,
+                                     ipiv32, (float *const *)R, N, &hinfo, B));
+            break;
+        case TF_F64:
+            BLAS(cublasDgetrsBatched(c->s->blas, trans, N, NRHS, (const double *const *)A, N,
+                                     ipiv32, (double *const *)R, N, &hinfo, B));
+            break;
+        case TF_C64:
+            BLAS(cublasCgetrsBatched(c->s->blas, trans, N, NRHS, (const cuComplex *const *)A, N,
+                                     ipiv32, (cuComplex *const *)R, N, &hinfo, B));
+            break;
+        default:
+            BLAS(cublasZgetrsBatched(c->s->blas, trans, N, NRHS,
+                                     (const cuDoubleComplex *const *)A, N, ipiv32,
+                                     (cuDoubleComplex *const *)R, N, &hinfo, B));
+            break;
+        }
         L->solver_calls++;
+        STEP(host_info(c, "getrsBatched", hinfo));
+    } else {
+        for (int64_t i = 0; i < b; i++) {
+            SOLVER(cusolverDnXgetrs(L->handle, L->params, trans, n, nrhs, c->ct,
+                                    at(lu, i * n * n, es), n, ipiv + i * n, c->ct,
+                                    at(rhs, i * n * nrhs, es), n, info_rs + i));
+            L->solver_calls++;
+        }
     }
     if (rhs == bs && bs != NULL) /* column-major n x nrhs back to row-major */
         CUDA(tfd_cuda_la_prepare(bs, X, c->dt, b, nrhs, n, 1, n * nrhs, NULL, c->sm,
@@ -1178,13 +1479,15 @@ static tf_status run_det(la_ctx *c) {
     tf_status st = TF_OK;
     const tfd_linalg_op *op = c->op;
     const int64_t b = op->desc.b, n = op->desc.n;
-    int *flags = NULL, *info = NULL;
+    int *flags = NULL, *info = NULL, *ipiv32 = NULL;
     void *lu = NULL;
+    void **ptrs = NULL;
     int64_t *ipiv = NULL;
+    const int batched = pick_factor(op->kind, c->dt, b, n, n) == TFD_CUDA_LU_GETRF_BATCHED;
     STEP(take_words(c, &flags, &info));
     CUDA(tfd_cuda_la_check(op->in[0].data, c->dt, b, n, n, TFD_CUDA_LA_ALL, flags, c->sm,
                            c->s->stream));
-    STEP(lu_factor(c, flags, info, &lu, &ipiv));
+    STEP(lu_factor(c, flags, info, batched, 1, &lu, &ipiv, &ipiv32, &ptrs));
     if (op->kind == TF__OP_DET)
         CUDA(tfd_cuda_la_det(lu, ipiv, c->dt, b, n, op->out[0].data, NULL, NULL, c->s->stream));
     else

@@ -6,8 +6,8 @@
  * Each operation fills a la_args and runs through tfp_run (ops.c) as a
  * TFP_VIEW_FN, so it is queued where every operation is: the client's open
  * held session, its active scoped session, or a scoped session of its own
- * (one round trip); a graph being recorded refuses linear algebra
- * (UnsupportedError, from the library). The library checks the arguments at
+ * (one round trip), or a graph being recorded (tenferro.prepare: a node of
+ * the graph, docs/linalg.md "Prepared graphs"). The library checks the arguments at
  * the call with the daemon's rules, so every refusal is typed and immediate;
  * numerical failures (NonFiniteError, SingularMatrixError, ...) come with the
  * boundary that reports the operation's result.

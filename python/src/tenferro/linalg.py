@@ -322,7 +322,9 @@ def svd_truncated(a: Tensor, split: Any = None, *, max_rank: int | None = None,
     the queued work is submitted first, which does not wait) and trims the
     factors to the kept rank with queued slices (no further wait). For a batch
     the factors are trimmed to the largest rank over it; a matrix that kept
-    fewer has zeros past its rank (report.ranks).
+    fewer has zeros past its rank (report.ranks). Recorded in a graph
+    (tenferro.prepare), the factors keep the bound's width with zeros past
+    the rank each run finds; return report.tensor to read it after a run.
     """
     _tensor(a)
     t, value_rank = _truncation(max_rank, min_rank, cutoff, rel_cutoff, discarded_weight,
@@ -332,6 +334,9 @@ def svd_truncated(a: Tensor, split: Any = None, *, max_rank: int | None = None,
     width = s.shape[-1]
     if not value_rank:
         return TruncatedSVDResult(u, s, vh, TruncationReport(rep, width))
+    if a.symbolic:
+        # Recorded in a graph: the rank is known only at run time (zeros past it); no trim.
+        return TruncatedSVDResult(u, s, vh, TruncationReport(rep))
     report = TruncationReport(rep)
     report._load()
     r = report.rank
@@ -396,6 +401,9 @@ def eigh_truncated(a: Tensor, split: Any = None, *, UPLO: str = "L",
     width = w.shape[-1]
     if not value_rank:
         return TruncatedEighResult(w, v, TruncationReport(rep, width))
+    if a.symbolic:
+        # Recorded in a graph: the rank is known only at run time (zeros past it); no trim.
+        return TruncatedEighResult(w, v, TruncationReport(rep))
     report = TruncationReport(rep)
     report._load()
     r = report.rank
