@@ -3089,7 +3089,7 @@ START_TEST(test_graph_svd_contract) {
             CHECK(rank == 2 && shape[0] == SG_M && shape[1] == (by_cutoff ? SG_MIN : 3),
                   "U is recorded [%lld, %lld]", (long long)shape[0], (long long)shape[1]);
             for (int run = 0; run < 4; run++) {
-                char why[600] = "";
+                char why[400] = "";
                 CHECK(!check_svd_graph_run(C, p, dt, &t, why, sizeof why), "run %d: %s", run, why);
             }
             CK_STATUS(C, tf_prepared_free(C, p), TF_OK);
@@ -3286,7 +3286,7 @@ static int child_svd_graph(void *arg) {
     tf_prepared p = 0;
     CHILD_STATUS(c, prepare_svd_graph(c, TF_F64, &t, &p), TF_OK);
     for (int run = 0; run < 3; run++) {
-        char why[600] = "";
+        char why[400] = "";
         if (check_svd_graph_run(c, p, TF_F64, &t, why, sizeof why)) {
             fprintf(stderr, "[child] run %d: %s (seed %u)\n", run, why, th_seed());
             return 1;
@@ -3303,7 +3303,7 @@ START_TEST(test_graph_cache_second_client) {
     const tf_truncation t = svd_graph_truncation(TF_F64, 1);
     tf_prepared p = 0;
     CK_STATUS(C, prepare_svd_graph(C, TF_F64, &t, &p), TF_OK);
-    char why[600] = "";
+    char why[400] = "";
     CHECK(!check_svd_graph_run(C, p, TF_F64, &t, why, sizeof why), "the first client: %s", why);
     CK_STATUS(C, tf_prepared_free(C, p), TF_OK);
     /* A round trip after the free: the daemon has taken the instance back by its answer. */
